@@ -1,0 +1,1 @@
+"""mldiag plumbing shared by every service: settings, logging, bus, database, storage, HTTP."""

@@ -1,0 +1,304 @@
+"""NATS JetStream through faststream: one way to build the broker, declare streams,
+publish with dedupe and consume with retry and dead-lettering.
+
+Consumers are durable pull consumers with manual acks. A batch handler receives decoded
+messages; when it raises, the batch is retried one message at a time so that one poison
+message cannot hold back the others. A failing message is redelivered with backoff up to
+``max_deliver`` attempts and then republished to ``deadletter.<subject>`` with the reason,
+and acked: a poison message never blocks its consumer.
+"""
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+import structlog
+from faststream import AckPolicy
+from faststream.nats import JStream, NatsBroker, PullSub
+from faststream.nats.annotations import NatsMessage
+from nats.aio.msg import Msg
+from nats.js.api import ConsumerConfig, StreamConfig
+from nats.js.errors import BadRequestError, NotFoundError
+from prometheus_client import Counter, Histogram
+
+from mldiag_platform.errors import MldiagError
+from mldiag_platform.settings import NatsSettings
+from mldiag_schemas.bus import DEADLETTER_PREFIX, Namespace, StreamSpec, stream_of
+from mldiag_schemas.envelope import Envelope
+from mldiag_schemas.messages import SUBJECT_OF, parse_message
+
+log = structlog.get_logger(__name__)
+
+M = TypeVar("M", bound=Envelope)
+
+MESSAGES_HANDLED = Counter(
+    "mldiag_bus_messages_handled_total", "Messages acked after handling.", ["durable"]
+)
+MESSAGES_RETRIED = Counter(
+    "mldiag_bus_messages_retried_total", "Messages nacked for redelivery.", ["durable"]
+)
+MESSAGES_DEAD_LETTERED = Counter(
+    "mldiag_bus_messages_dead_lettered_total", "Messages given up on.", ["durable"]
+)
+BATCH_SECONDS = Histogram(
+    "mldiag_bus_batch_seconds", "Time to handle one pulled batch.", ["durable"]
+)
+MESSAGES_PUBLISHED = Counter(
+    "mldiag_bus_messages_published_total", "Messages published (acked by JetStream).", ["type"]
+)
+
+
+def create_broker(settings: NatsSettings, client_name: str) -> NatsBroker:
+    """The service's broker. faststream's own per-message log lines are off: we log events."""
+    return NatsBroker(
+        settings.url,
+        name=client_name,
+        logger=None,
+        connect_timeout=5,
+        max_reconnect_attempts=-1,
+        graceful_timeout=10.0,
+    )
+
+
+def stream_config(namespace: Namespace, spec: StreamSpec) -> StreamConfig:
+    """The JetStream config of a shared stream definition."""
+    return StreamConfig(
+        name=namespace.stream(spec),
+        description=spec.description,
+        subjects=namespace.stream_subjects(spec),
+        max_age=spec.max_age_seconds,
+        duplicate_window=spec.duplicate_window_seconds,
+    )
+
+
+async def declare_streams(
+    broker: NatsBroker, namespace: Namespace, specs: Sequence[StreamSpec]
+) -> None:
+    """Create or update the streams from their shared definitions (the one place they live).
+
+    The broker must be connected. Subscribers are registered with ``declare=False`` so that
+    faststream never merges or rewrites these definitions.
+    """
+    js = broker.config.connection_state.stream
+    for spec in specs:
+        config = stream_config(namespace, spec)
+        try:
+            await js.stream_info(config.name or "")
+        except NotFoundError:
+            await js.add_stream(config=config)
+            log.info("bus.stream.created", stream=config.name, subjects=config.subjects)
+        else:
+            try:
+                await js.update_stream(config=config)
+            except BadRequestError as exc:
+                log.warning("bus.stream.update_refused", stream=config.name, error=str(exc))
+
+
+class MessagePublisher(Protocol):
+    """What domain code needs to announce facts: publish and wait for the stream's ack."""
+
+    async def publish_many(self, messages: Sequence[Envelope]) -> None:
+        """Publish ``messages``; return once all are stored."""
+        ...
+
+
+class Publisher:
+    """Publishes contract messages, namespaced, with ``Nats-Msg-Id`` = ``event_id``.
+
+    ``publish`` returns only once JetStream has stored the message: callers answer their
+    clients or ack their input after that, never before.
+    """
+
+    def __init__(self, broker: NatsBroker, namespace: Namespace, settings: NatsSettings) -> None:
+        self._broker = broker
+        self._namespace = namespace
+        self._timeout = settings.publish_timeout_seconds
+
+    def subject_for(self, message: Envelope) -> str:
+        """The full subject of ``message``: namespace, base subject, run id."""
+        return self._namespace.subject(SUBJECT_OF[type(message)], message.partition())
+
+    async def publish(self, message: Envelope) -> None:
+        """Publish one message and wait for JetStream's ack."""
+        await self.publish_raw(
+            self.subject_for(message), message.model_dump_json().encode(), str(message.event_id)
+        )
+        MESSAGES_PUBLISHED.labels(message.type).inc()
+
+    async def publish_many(self, messages: Sequence[Envelope]) -> None:
+        """Publish several messages concurrently; returns when all are acked."""
+        await asyncio.gather(*(self.publish(message) for message in messages))
+
+    async def publish_raw(
+        self,
+        subject: str,
+        payload: bytes,
+        msg_id: str,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Publish bytes already serialised (outbox rows, dead letters)."""
+        base = self._namespace.base_subject(subject)
+        await self._broker.publish(
+            payload,
+            subject,
+            headers={"Nats-Msg-Id": msg_id, **(headers or {})},
+            stream=self._namespace.stream(stream_of(base)),
+            timeout=self._timeout,
+        )
+
+
+@dataclass(frozen=True)
+class Delivery(Generic[M]):
+    """A decoded message with what the consumer knows about its delivery."""
+
+    message: M
+    subject: str
+    num_delivered: int
+
+
+BatchHandler = Callable[[list[Delivery[M]]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class ConsumerSpec(Generic[M]):
+    """A durable pull consumer over one base subject pattern of one stream."""
+
+    stream: StreamSpec
+    subject: str
+    """Base subject pattern, e.g. ``telemetry.metrics.received.*``."""
+    durable: str
+    message_type: type[M]
+    batch_size: int = 100
+    max_wait_seconds: float = 0.2
+    """How long a pull waits to fill a batch before handing over what it has."""
+
+
+class Consumer(Generic[M]):
+    """Runs a batch handler with retry, backoff and dead-lettering around it."""
+
+    def __init__(
+        self,
+        spec: ConsumerSpec[M],
+        handler: BatchHandler[M],
+        publisher: Publisher,
+        namespace: Namespace,
+        settings: NatsSettings,
+    ) -> None:
+        self.spec = spec
+        self._handler = handler
+        self._publisher = publisher
+        self._namespace = namespace
+        self._settings = settings
+        self.durable = namespace.durable(spec.durable)
+        self._log = log.bind(durable=self.durable)
+
+    def subscribe(self, broker: NatsBroker) -> None:
+        """Register the durable pull subscriber on ``broker`` (before it starts)."""
+        config = ConsumerConfig(
+            durable_name=self.durable,
+            ack_wait=self._settings.ack_wait_seconds,
+            # Our own counter dead-letters at max_deliver; the server's limit is a backstop
+            # for a message that kills the process before it can be settled.
+            max_deliver=self._settings.max_deliver + 2,
+            max_ack_pending=max(1000, self.spec.batch_size * 10),
+        )
+        broker.subscriber(
+            self._namespace.subject(self.spec.subject),
+            stream=JStream(self._namespace.stream(self.spec.stream), declare=False),
+            durable=self.durable,
+            config=config,
+            pull_sub=PullSub(
+                batch_size=self.spec.batch_size, timeout=self.spec.max_wait_seconds, batch=True
+            ),
+            ack_policy=AckPolicy.MANUAL,
+        )(self._on_batch)
+
+    async def _on_batch(self, msg: NatsMessage) -> None:
+        raws: list[Msg] = msg.raw_message  # type: ignore[assignment]  # batch=True gives a list
+        started = time.perf_counter()
+        pending: list[tuple[Msg, Delivery[M]]] = []
+        for raw in raws:
+            delivery = await self._decode(raw)
+            if delivery is not None:
+                pending.append((raw, delivery))
+        if not pending:
+            return
+        try:
+            await self._handler([delivery for _, delivery in pending])
+        except Exception as exc:  # the bus error boundary: settle each message
+            if len(pending) == 1:
+                await self._settle_failure(*pending[0], exc)
+            else:
+                self._log.warning("bus.batch.failed", count=len(pending), error=repr(exc))
+                for raw, delivery in pending:
+                    await self._handle_one(raw, delivery)
+        else:
+            await asyncio.gather(*(raw.ack() for raw, _ in pending))
+            MESSAGES_HANDLED.labels(self.durable).inc(len(pending))
+        BATCH_SECONDS.labels(self.durable).observe(time.perf_counter() - started)
+        self._log.debug(
+            "bus.batch.handled",
+            count=len(pending),
+            duration_ms=round((time.perf_counter() - started) * 1000, 2),
+        )
+
+    async def _handle_one(self, raw: Msg, delivery: Delivery[M]) -> None:
+        try:
+            await self._handler([delivery])
+        except Exception as exc:  # the bus error boundary
+            await self._settle_failure(raw, delivery, exc)
+        else:
+            await raw.ack()
+            MESSAGES_HANDLED.labels(self.durable).inc()
+
+    async def _decode(self, raw: Msg) -> Delivery[M] | None:
+        try:
+            message = parse_message(raw.data)
+        except ValueError as exc:
+            await self._dead_letter(raw, f"undecodable message: {exc}")
+            return None
+        if not isinstance(message, self.spec.message_type):
+            await self._dead_letter(raw, f"unexpected message type {message.type!r}")
+            return None
+        return Delivery(message, raw.subject, raw.metadata.num_delivered or 1)
+
+    async def _settle_failure(self, raw: Msg, delivery: Delivery[M], exc: Exception) -> None:
+        permanent = isinstance(exc, MldiagError) and not exc.retryable
+        if permanent or delivery.num_delivered >= self._settings.max_deliver:
+            reason = f"{type(exc).__name__}: {exc}"
+            await self._dead_letter(raw, reason, attempts=delivery.num_delivered)
+            return
+        delay = self._settings.retry_backoff_seconds * 2 ** (delivery.num_delivered - 1)
+        self._log.warning(
+            "bus.message.retry",
+            subject=delivery.subject,
+            event_id=str(delivery.message.event_id),
+            attempt=delivery.num_delivered,
+            delay_s=delay,
+            error=repr(exc),
+        )
+        await raw.nak(delay=delay)
+        MESSAGES_RETRIED.labels(self.durable).inc()
+
+    async def _dead_letter(self, raw: Msg, reason: str, attempts: int | None = None) -> None:
+        """Republish to ``deadletter.<base subject>`` with the reason, then ack the original."""
+        base = self._namespace.base_subject(raw.subject)
+        stream_seq = raw.metadata.sequence.stream if raw.metadata.sequence else 0
+        headers: dict[str, Any] = {
+            "Mldiag-Reason": reason[:1000],
+            "Mldiag-Original-Subject": raw.subject,
+            "Mldiag-Consumer": self.durable,
+            "Mldiag-Attempts": str(attempts or raw.metadata.num_delivered or 1),
+        }
+        await self._publisher.publish_raw(
+            self._namespace.subject(DEADLETTER_PREFIX, base),
+            raw.data,
+            # one dead letter per (consumer, original message), however often we get here
+            f"{self.durable}:{stream_seq}",
+            headers,
+        )
+        await raw.ack()
+        MESSAGES_DEAD_LETTERED.labels(self.durable).inc()
+        self._log.error("bus.message.dead_lettered", subject=raw.subject, reason=reason)

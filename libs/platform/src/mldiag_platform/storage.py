@@ -1,0 +1,169 @@
+"""Object storage behind one small interface: ``file://`` and ``gs://``.
+
+Paths are ``/``-separated keys relative to the store's root (the artifacts root), e.g.
+``<run>/plugins/profile/<session>/<host>.xplane.pb``. ``gs://`` uses google-cloud-storage,
+which honours ``STORAGE_EMULATOR_HOST`` (fake-gcs-server, gcp-storage-emulator); its blocking
+calls run in a worker thread.
+"""
+
+import asyncio
+import os
+from pathlib import Path, PurePosixPath
+from typing import Any, Protocol
+from urllib.parse import urlparse
+
+from mldiag_platform.errors import InvalidArgument, NotFound
+
+
+class ObjectStore(Protocol):
+    """The operations mldiag needs from object storage."""
+
+    url: str
+
+    async def put(self, key: str, data: bytes) -> None:
+        """Write ``data`` at ``key``, replacing what was there."""
+        ...
+
+    async def get(self, key: str) -> bytes:
+        """Read ``key``; raise :class:`NotFound` when it does not exist."""
+        ...
+
+    async def list(self, prefix: str = "") -> list[str]:
+        """Keys under ``prefix``, sorted."""
+        ...
+
+    async def delete(self, key: str) -> None:
+        """Remove ``key``; a missing key is not an error."""
+        ...
+
+
+def _clean_key(key: str) -> str:
+    path = PurePosixPath(key)
+    if path.is_absolute() or ".." in path.parts or not key or key.endswith("/"):
+        raise InvalidArgument(f"invalid object key {key!r}")
+    return str(path)
+
+
+class FileStore:
+    """Objects as files under a local directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self.url = f"file://{self.root}"
+
+    def path_of(self, key: str) -> Path:
+        """The local file that holds ``key``."""
+        return self.root / _clean_key(key)
+
+    async def put(self, key: str, data: bytes) -> None:
+        """Write atomically: a reader never sees half an object."""
+        path = self.path_of(key)
+        await asyncio.to_thread(_write_atomically, path, data)
+
+    async def get(self, key: str) -> bytes:
+        """Read the file, or raise :class:`NotFound`."""
+        try:
+            return await asyncio.to_thread(self.path_of(key).read_bytes)
+        except FileNotFoundError:
+            raise NotFound(f"object {key!r} not found") from None
+
+    async def list(self, prefix: str = "") -> list[str]:
+        """Every file under the root whose key starts with ``prefix``."""
+
+        def scan() -> list[str]:
+            if not self.root.exists():
+                return []
+            keys = (
+                str(path.relative_to(self.root).as_posix())
+                for path in self.root.rglob("*")
+                if path.is_file() and not path.name.startswith(".tmp-")
+            )
+            return sorted(key for key in keys if key.startswith(prefix))
+
+        return await asyncio.to_thread(scan)
+
+    async def delete(self, key: str) -> None:
+        """Remove the file if present."""
+        await asyncio.to_thread(self.path_of(key).unlink, True)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+    temporary.write_bytes(data)
+    temporary.replace(path)
+
+
+class GcsStore:
+    """Objects in a Google Cloud Storage bucket, under an optional prefix."""
+
+    def __init__(self, bucket: str, prefix: str = "", client: Any = None) -> None:
+        from google.cloud import storage  # noqa: PLC0415  # heavy import, only for gs://
+
+        self._client = client or _default_client(storage)
+        self._bucket = self._client.bucket(bucket)
+        self._prefix = prefix.strip("/")
+        self.url = f"gs://{bucket}/{self._prefix}".rstrip("/")
+
+    def _name(self, key: str) -> str:
+        key = _clean_key(key)
+        return f"{self._prefix}/{key}" if self._prefix else key
+
+    async def put(self, key: str, data: bytes) -> None:
+        """Upload ``data``."""
+        blob = self._bucket.blob(self._name(key))
+        await asyncio.to_thread(blob.upload_from_string, data)
+
+    async def get(self, key: str) -> bytes:
+        """Download, or raise :class:`NotFound`."""
+        from google.api_core.exceptions import NotFound as GcsNotFound  # noqa: PLC0415
+
+        blob = self._bucket.blob(self._name(key))
+        try:
+            data: bytes = await asyncio.to_thread(blob.download_as_bytes)
+        except GcsNotFound:
+            raise NotFound(f"object {key!r} not found") from None
+        return data
+
+    async def list(self, prefix: str = "") -> list[str]:
+        """Keys under ``prefix`` (relative to the store's prefix)."""
+        full = f"{self._prefix}/{prefix}" if self._prefix else prefix
+        strip = len(self._prefix) + 1 if self._prefix else 0
+
+        def scan() -> list[str]:
+            blobs = self._client.list_blobs(self._bucket, prefix=full)
+            return sorted(blob.name[strip:] for blob in blobs)
+
+        return await asyncio.to_thread(scan)
+
+    async def delete(self, key: str) -> None:
+        """Delete if present."""
+        from google.api_core.exceptions import NotFound as GcsNotFound  # noqa: PLC0415
+
+        blob = self._bucket.blob(self._name(key))
+        try:
+            await asyncio.to_thread(blob.delete)
+        except GcsNotFound:
+            return
+
+
+def _default_client(storage: Any) -> Any:
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        # The emulator needs no credentials; the client must not go looking for them.
+        from google.auth.credentials import AnonymousCredentials  # noqa: PLC0415
+
+        return storage.Client(
+            project="mldiag-local",
+            credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+        )
+    return storage.Client()
+
+
+def open_store(url: str) -> ObjectStore:
+    """The store for ``file://DIR`` (relative paths allowed) or ``gs://BUCKET[/PREFIX]``."""
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        return FileStore(Path(parsed.netloc + parsed.path))
+    if parsed.scheme == "gs" and parsed.netloc:
+        return GcsStore(parsed.netloc, parsed.path)
+    raise InvalidArgument(f"unsupported storage URL {url!r}: use file://DIR or gs://BUCKET")

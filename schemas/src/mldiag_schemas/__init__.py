@@ -1,0 +1,1 @@
+"""mldiag contracts: bus messages, HTTP resources, subjects and streams (pydantic only)."""

@@ -1,0 +1,122 @@
+"""Streams, subjects and durable consumer names: the bus's shared vocabulary.
+
+Subjects are ``<context>.<entity>.<event>`` (past tense for facts). Messages about a run
+carry the run id as the last token so that stateful consumers can partition by run.
+A deployment namespace (default ``mldiag``) prefixes every subject and stream so that
+several installations, or test runs, can share one NATS server.
+"""
+
+from dataclasses import dataclass
+
+DEFAULT_NAMESPACE = "mldiag"
+"""The namespace an installation uses unless configured otherwise."""
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """A JetStream stream, before the namespace is applied."""
+
+    name: str
+    subjects: tuple[str, ...]
+    description: str
+    max_age_seconds: float = 7 * 24 * 3600.0
+    duplicate_window_seconds: float = 120.0
+
+
+TELEMETRY = StreamSpec(
+    name="TELEMETRY",
+    subjects=("telemetry.>",),
+    description="Metric points and other telemetry accepted by ingestion.",
+)
+RUNS = StreamSpec(
+    name="RUNS",
+    subjects=("runs.>",),
+    description="Facts about runs (created, updated, phase changed, deleted).",
+)
+EVENTS = StreamSpec(
+    name="EVENTS",
+    subjects=("events.>",),
+    description="Workload events opened and resolved by the event-detector.",
+)
+ANALYSES = StreamSpec(
+    name="ANALYSES",
+    subjects=("analyses.>",),
+    description="Analyses of workload events produced by the analyzer.",
+)
+PROFILING = StreamSpec(
+    name="PROFILING",
+    subjects=("profiling.>",),
+    description="XProf instances and profile sessions.",
+)
+DEADLETTER = StreamSpec(
+    name="DEADLETTER",
+    subjects=("deadletter.>",),
+    description="Messages a consumer gave up on, with the reason in the headers.",
+    max_age_seconds=30 * 24 * 3600.0,
+)
+
+ALL_STREAMS: tuple[StreamSpec, ...] = (TELEMETRY, RUNS, EVENTS, ANALYSES, PROFILING, DEADLETTER)
+"""Every stream an installation declares."""
+
+# Subjects, without namespace; the run id is appended as the last token.
+METRICS_RECEIVED = "telemetry.metrics.received"
+"""Subject prefix of :class:`~mldiag_schemas.telemetry.MetricPointsReceived`."""
+RUN_CREATED = "runs.run.created"
+"""Subject prefix of :class:`~mldiag_schemas.runs.RunCreated`."""
+WORKLOAD_EVENT_OPENED = "events.workload.opened"
+"""Subject prefix of :class:`~mldiag_schemas.events.WorkloadEventOpened`."""
+ANALYSIS_COMPLETED = "analyses.analysis.completed"
+"""Subject prefix of :class:`~mldiag_schemas.analyses.AnalysisCompleted`."""
+XPROF_INSTANCE_CHANGED = "profiling.instance.changed"
+"""Subject prefix of :class:`~mldiag_schemas.profiling.XProfInstanceChanged`."""
+DEADLETTER_PREFIX = "deadletter"
+"""Dead-lettered messages are republished under ``deadletter.<original subject>``."""
+
+# Durable consumer names, one per (service, purpose).
+REGISTRY_METRICS_DURABLE = "run-registry-metrics"
+"""run-registry storing metric points."""
+REGISTRY_EVENTS_DURABLE = "run-registry-events"
+"""run-registry storing workload events."""
+REGISTRY_ANALYSES_DURABLE = "run-registry-analyses"
+"""run-registry storing analyses."""
+DETECTOR_METRICS_DURABLE = "event-detector-metrics"
+"""event-detector watching metric points."""
+ANALYZER_EVENTS_DURABLE = "analyzer-events"
+"""analyzer analysing workload events."""
+
+
+def stream_of(subject: str) -> StreamSpec:
+    """The stream that captures a base subject (by its first token)."""
+    context = subject.split(".", 1)[0]
+    for spec in ALL_STREAMS:
+        if any(pattern.split(".", 1)[0] == context for pattern in spec.subjects):
+            return spec
+    raise KeyError(f"no stream captures {subject!r}")
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """Applies an installation's namespace to subjects, streams and durables."""
+
+    prefix: str = DEFAULT_NAMESPACE
+
+    def subject(self, base: str, *tokens: str) -> str:
+        """``<prefix>.<base>[.<token>...]``."""
+        return ".".join((self.prefix, base, *tokens))
+
+    def stream(self, spec: StreamSpec) -> str:
+        """The namespaced stream name (stream names cannot contain dots)."""
+        return f"{self.prefix}_{spec.name}".replace(".", "_").upper()
+
+    def stream_subjects(self, spec: StreamSpec) -> list[str]:
+        """The namespaced subjects a stream captures."""
+        return [f"{self.prefix}.{subject}" for subject in spec.subjects]
+
+    def durable(self, name: str) -> str:
+        """The namespaced durable consumer name."""
+        return f"{self.prefix}-{name}".replace(".", "-")
+
+    def base_subject(self, subject: str) -> str:
+        """Strip the namespace from a received subject."""
+        head = f"{self.prefix}."
+        return subject[len(head) :] if subject.startswith(head) else subject

@@ -1,0 +1,58 @@
+"""Every bus message type, and how to parse one from the wire."""
+
+import json
+from typing import Annotated, Any
+
+from pydantic import Field, TypeAdapter
+
+from mldiag_schemas import bus
+from mldiag_schemas.analyses import AnalysisCompleted
+from mldiag_schemas.envelope import Envelope, upcast
+from mldiag_schemas.events import WorkloadEventOpened
+from mldiag_schemas.profiling import XProfInstanceChanged
+from mldiag_schemas.runs import RunCreated
+from mldiag_schemas.telemetry import MetricPointsReceived
+
+BusMessage = Annotated[
+    MetricPointsReceived
+    | RunCreated
+    | WorkloadEventOpened
+    | AnalysisCompleted
+    | XProfInstanceChanged,
+    Field(discriminator="type"),
+]
+"""Any message on the bus, discriminated by ``type``."""
+
+MESSAGE_TYPES: tuple[type[Envelope], ...] = (
+    MetricPointsReceived,
+    RunCreated,
+    WorkloadEventOpened,
+    AnalysisCompleted,
+    XProfInstanceChanged,
+)
+"""The message classes, in documentation order."""
+
+SUBJECT_OF: dict[type[Envelope], str] = {
+    MetricPointsReceived: bus.METRICS_RECEIVED,
+    RunCreated: bus.RUN_CREATED,
+    WorkloadEventOpened: bus.WORKLOAD_EVENT_OPENED,
+    AnalysisCompleted: bus.ANALYSIS_COMPLETED,
+    XProfInstanceChanged: bus.XPROF_INSTANCE_CHANGED,
+}
+"""Base subject (before namespace and run token) of each message class."""
+
+_CURRENT_VERSIONS = {cls.model_fields["type"].default: cls.SCHEMA_VERSION for cls in MESSAGE_TYPES}
+_ADAPTER: TypeAdapter[Any] = TypeAdapter(BusMessage)
+
+
+def parse_message(raw: bytes) -> Envelope:
+    """Parse wire bytes into their message class, upcasting older schema versions.
+
+    Raises ``ValueError`` (pydantic's ``ValidationError`` is one) on anything that is not a
+    valid message: such a message is poison and belongs in the dead-letter stream.
+    """
+    data = json.loads(raw)  # json accepts the NaN / Infinity tokens our contracts write
+    if not isinstance(data, dict):
+        raise ValueError("a bus message must be a JSON object")
+    message: Envelope = _ADAPTER.validate_python(upcast(data, _CURRENT_VERSIONS))
+    return message

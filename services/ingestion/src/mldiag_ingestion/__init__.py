@@ -1,0 +1,1 @@
+"""ingestion: the only door for untrusted telemetry; answers after JetStream has it."""
