@@ -17,7 +17,12 @@ from mldiag_schemas.events import ListEventsResponse
 from mldiag_schemas.messages import MESSAGE_TYPES, SUBJECT_OF
 from mldiag_schemas.profiling import ListXProfInstancesResponse, StartXProfRequest, XProfInstance
 from mldiag_schemas.runs import CreateRunRequest, ListRunsResponse, Run
-from mldiag_schemas.telemetry import WriteMetricsRequest, WriteMetricsResponse
+from mldiag_schemas.telemetry import (
+    ListMetricsResponse,
+    ReadMetricSeriesResponse,
+    WriteMetricsRequest,
+    WriteMetricsResponse,
+)
 
 RESOURCE_TYPES: tuple[type[BaseModel], ...] = (
     CreateRunRequest,
@@ -25,6 +30,8 @@ RESOURCE_TYPES: tuple[type[BaseModel], ...] = (
     ListRunsResponse,
     WriteMetricsRequest,
     WriteMetricsResponse,
+    ReadMetricSeriesResponse,
+    ListMetricsResponse,
     ListEventsResponse,
     ListAnalysesResponse,
     StartXProfRequest,

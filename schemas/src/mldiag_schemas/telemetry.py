@@ -97,3 +97,34 @@ class MetricPointsReceived(Envelope):
     def partition(self) -> str:
         """The run id: the last subject token."""
         return self.run_id
+
+
+class SeriesPoint(Contract):
+    """One stored point of a series."""
+
+    step: int = Field(description="Training step.")
+    value: float = Field(description="The value; NaN and ±Inf are kept.")
+    time: datetime = Field(description="When it was recorded.")
+    host: str = Field(description="Host that recorded it.")
+
+
+class ReadMetricSeriesResponse(Contract):
+    """A page of one metric's points, in step order."""
+
+    metric: str = Field(description="Metric name.")
+    points: list[SeriesPoint] = Field(description="Points on this page.")
+    next_page_token: str = Field(default="", description="Token of the next page; empty at end.")
+
+
+class MetricSummary(Contract):
+    """What is stored for one metric of a run."""
+
+    name: str = Field(description="Metric name.")
+    point_count: int = Field(description="Points stored.")
+    last_step: int = Field(description="Highest step recorded.")
+
+
+class ListMetricsResponse(Contract):
+    """The metrics a run has recorded, by name."""
+
+    metrics: list[MetricSummary] = Field(description="One entry per metric name.")

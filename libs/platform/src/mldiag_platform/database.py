@@ -112,3 +112,8 @@ async def apply_migrations(pool: asyncpg.Pool, schema: str, migrations: list[Mig
         finally:
             await conn.execute("SELECT pg_advisory_unlock($1)", lock_key)
     return applied
+
+
+async def database_ok(pool: asyncpg.Pool) -> bool:
+    """Health check: the pool can run a query within a second."""
+    return bool(await pool.fetchval("SELECT true", timeout=1.0))

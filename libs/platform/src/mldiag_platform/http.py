@@ -5,16 +5,16 @@ and serving with uvicorn (which turns SIGTERM into a graceful shutdown of the li
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from mldiag_platform.errors import MldiagError
+from mldiag_platform.errors import InvalidArgument, MldiagError
 from mldiag_schemas.errors import ErrorBody, ErrorDetail
 
 log = structlog.get_logger(__name__)
@@ -48,6 +48,28 @@ def error_response(
     """The ``{"error": {code, message, details}}`` body every failure uses."""
     body = ErrorBody(error=ErrorDetail(code=code, message=message, details=details or []))
     return ContractResponse(body, status_code=status)
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def parse_body(
+    model: type[ModelT], raw: bytes, error: type[InvalidArgument] = InvalidArgument
+) -> ModelT:
+    """Validate a JSON body (whatever its Content-Type) or raise ``error`` with the fields."""
+    try:
+        return model.model_validate_json(raw or b"{}")
+    except ValidationError as exc:
+        details = [
+            {"field": ".".join(str(part) for part in problem["loc"]), "problem": problem["msg"]}
+            for problem in exc.errors()[:20]
+        ]
+        raise error(f"the {model.__name__} body is not valid", details=details) from None
+
+
+async def read_body(request: Request, model: type[ModelT]) -> ModelT:
+    """Read and validate a small JSON request body."""
+    return parse_body(model, await request.body())
 
 
 def create_http_app(
@@ -136,4 +158,3 @@ def serve(app: FastAPI, host: str, port: int) -> None:
         timeout_graceful_shutdown=10,
     )
     uvicorn.Server(config).run()
-

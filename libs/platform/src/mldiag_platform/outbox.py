@@ -9,6 +9,7 @@ makes a repeated publish harmless.
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from typing import Protocol
 
 import asyncpg
 import structlog
@@ -23,6 +24,14 @@ log = structlog.get_logger(__name__)
 def outbox_migrations() -> list[Migration]:
     """The outbox table, for services that publish what they commit."""
     return load_migrations("outbox", "mldiag_platform.migrations.outbox")
+
+
+class Flusher(Protocol):
+    """What domain code needs from the outbox: publish what committed transactions staged."""
+
+    async def flush(self) -> int:
+        """Publish staged messages; return how many."""
+        ...
 
 
 class Outbox:

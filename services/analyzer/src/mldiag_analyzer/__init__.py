@@ -1,0 +1,1 @@
+"""analyzer: explains workload events with reports across the layers of the stack."""

@@ -1,0 +1,1 @@
+"""event-detector: turns telemetry into workload events, with per-run state."""

@@ -4,11 +4,10 @@ import zlib
 from datetime import UTC, datetime
 
 from fastapi import APIRouter, Request, Response
-from pydantic import ValidationError
 
 from mldiag_ingestion.errors import BodyTooLarge, InvalidBatch, UnsupportedEncoding
 from mldiag_ingestion.service import IngestionService
-from mldiag_platform.http import ContractResponse
+from mldiag_platform.http import ContractResponse, parse_body
 from mldiag_schemas.telemetry import WriteMetricsRequest
 
 router = APIRouter()
@@ -24,14 +23,7 @@ async def write_metrics(request: Request, run_id: str) -> Response:
     service: IngestionService = request.app.state.service
     limit: int = request.app.state.settings.max_request_bytes
     body = await _read_body(request, limit)
-    try:
-        write = WriteMetricsRequest.model_validate_json(body)
-    except ValidationError as exc:
-        details = [
-            {"field": ".".join(str(part) for part in error["loc"]), "problem": error["msg"]}
-            for error in exc.errors()[:20]
-        ]
-        raise InvalidBatch("the metrics batch is not valid", details=details) from None
+    write = parse_body(WriteMetricsRequest, body, InvalidBatch)
     result = await service.write_metrics(run_id, write, datetime.now(UTC))
     return ContractResponse(result, status_code=202)
 

@@ -1,0 +1,25 @@
+"""analyzer's bus consumer: the only module that knows about the bus."""
+
+from mldiag_analyzer.service import AnalyzerService
+from mldiag_platform.bus import ConsumerSpec, Delivery
+from mldiag_schemas import bus
+from mldiag_schemas.events import WorkloadEventOpened
+
+EVENTS_CONSUMER = ConsumerSpec(
+    stream=bus.EVENTS,
+    subject=bus.WORKLOAD_EVENT_OPENED + ".*",
+    durable=bus.ANALYZER_EVENTS_DURABLE,
+    message_type=WorkloadEventOpened,
+    batch_size=20,
+)
+
+
+class BusHandlers:
+    """The analyzer's handler, bound to its service."""
+
+    def __init__(self, service: AnalyzerService) -> None:
+        self._service = service
+
+    async def on_events(self, deliveries: list[Delivery[WorkloadEventOpened]]) -> None:
+        """Analyse a batch of newly opened events."""
+        await self._service.on_events([delivery.message.event for delivery in deliveries])

@@ -1,0 +1,17 @@
+"""`python -m mldiag_event_detector`: serve until SIGTERM."""
+
+from mldiag_event_detector.app import SERVICE, create_app
+from mldiag_event_detector.settings import EventDetectorSettings
+from mldiag_platform.http import serve
+from mldiag_platform.logging import configure_logging
+
+
+def main() -> None:
+    """Read settings from the environment, configure logging, serve."""
+    settings = EventDetectorSettings()
+    configure_logging(SERVICE, settings.log)
+    serve(create_app(settings), settings.host, settings.port)
+
+
+if __name__ == "__main__":
+    main()

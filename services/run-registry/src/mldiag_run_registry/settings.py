@@ -1,0 +1,23 @@
+"""run-registry settings (env ``MLDIAG_RUN_REGISTRY_*`` plus the shared pieces)."""
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from mldiag_platform.settings import DatabaseSettings, LogSettings, NatsSettings, StorageSettings
+
+
+class RunRegistrySettings(BaseSettings):
+    """How the registry listens, where it stores, how it consumes."""
+
+    model_config = SettingsConfigDict(env_prefix="MLDIAG_RUN_REGISTRY_", frozen=True)
+
+    host: str = Field(default="127.0.0.1", description="HTTP bind address.")
+    port: int = Field(default=8080, ge=0, le=65535, description="HTTP port (the API).")
+    db_schema: str = Field(default="run_registry", description="PostgreSQL schema it owns.")
+    metrics_batch_size: int = Field(
+        default=200, ge=1, description="Metric messages stored per transaction."
+    )
+    nats: NatsSettings = Field(default_factory=NatsSettings)
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    log: LogSettings = Field(default_factory=LogSettings)
