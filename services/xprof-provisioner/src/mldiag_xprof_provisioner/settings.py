@@ -1,0 +1,58 @@
+"""xprof-provisioner settings (env ``MLDIAG_XPROF_PROVISIONER_*``, plus the shared pieces)."""
+
+from pathlib import Path
+from typing import Self
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from mldiag_platform.settings import LogSettings, NatsSettings, StorageSettings
+
+
+class XProfProvisionerSettings(BaseSettings):
+    """How the provisioner listens, where it keeps copies and how many XProfs it runs."""
+
+    model_config = SettingsConfigDict(env_prefix="MLDIAG_XPROF_PROVISIONER_", frozen=True)
+
+    host: str = Field(default="127.0.0.1", description="HTTP bind address.")
+    port: int = Field(default=8084, ge=0, le=65535, description="HTTP port.")
+    work_dir: Path = Field(
+        default=Path(".mldiag/xprof"),
+        description="Where each instance gets its writable copy of a run's profiles and its log.",
+    )
+    first_instance_port: int = Field(
+        default=9100, ge=1024, le=65534, description="First port of the instances' port range."
+    )
+    instance_port_count: int = Field(
+        default=100,
+        ge=2,
+        description="Size of the port range; every instance takes an HTTP and a gRPC port.",
+    )
+    max_instances: int = Field(
+        default=4, ge=1, description="Most XProf processes running (or starting) at once."
+    )
+    idle_timeout_seconds: float = Field(
+        default=900.0, gt=0, description="An instance not read for this long is stopped."
+    )
+    startup_timeout_seconds: float = Field(
+        default=30.0, gt=0, description="How long XProf may take to answer after launch."
+    )
+    stop_grace_seconds: float = Field(
+        default=5.0, ge=0, description="How long XProf may take to exit after SIGTERM."
+    )
+    advertised_host: str = Field(default="127.0.0.1", description="Host name put in instance URLs.")
+    nats: NatsSettings = Field(default_factory=NatsSettings)
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    log: LogSettings = Field(default_factory=LogSettings)
+
+    @model_validator(mode="after")
+    def _port_range_fits(self) -> Self:
+        last = self.first_instance_port + self.instance_port_count - 1
+        if last > 65535:
+            raise ValueError(f"the instance port range ends at {last}, past 65535")
+        return self
+
+    @property
+    def instance_ports(self) -> range:
+        """The ports instances may use."""
+        return range(self.first_instance_port, self.first_instance_port + self.instance_port_count)

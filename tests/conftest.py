@@ -1,0 +1,157 @@
+"""Real servers for the connected and end-to-end tiers, isolated per test run.
+
+Servers come from, in order: URLs in the environment (``MLDIAG_TEST_NATS_URL``,
+``MLDIAG_TEST_DATABASE_URL``; CI sets them), testcontainers when a Docker engine answers,
+or the embedded binaries ``mldiag up`` uses. Each run gets its own database and each test
+its own NATS namespace (streams are deleted afterwards).
+"""
+
+import contextlib
+import os
+import shutil
+import socket
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import asyncpg
+import nats
+import pytest
+
+from mldiag_platform.settings import DatabaseSettings, NatsSettings
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests without a tier marker are unit tests."""
+    tiers = {"connected", "e2e", "bench"}
+    for item in items:
+        if not tiers & {marker.name for marker in item.iter_markers()}:
+            item.add_marker(pytest.mark.unit)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def world_readable_tempdir(prefix: str) -> Path:
+    """A temp dir whose path an unprivileged server process (PostgreSQL as root) can enter."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o755)
+    return path
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # noqa: PLC0415  # only present with testcontainers
+
+        docker.from_env().ping()
+    except Exception:  # any failure means: no engine
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def nats_url() -> Iterator[str]:
+    """A NATS server with JetStream."""
+    if url := os.environ.get("MLDIAG_TEST_NATS_URL"):
+        yield url
+        return
+    if _docker_answers():
+        from testcontainers.nats import NatsContainer  # noqa: PLC0415
+
+        with NatsContainer(jetstream=True) as container:
+            yield container.nats_uri()
+        return
+    from mldiag.local.nats import EmbeddedNats  # noqa: PLC0415
+
+    home = world_readable_tempdir("mldiag-test-nats-")
+    server = EmbeddedNats(home / "data", port=free_port(), monitor_port=free_port())
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url() -> Iterator[str]:
+    """A PostgreSQL server (its maintenance database)."""
+    if url := os.environ.get("MLDIAG_TEST_DATABASE_URL"):
+        yield url
+        return
+    if _docker_answers():
+        from testcontainers.postgres import PostgresContainer  # noqa: PLC0415
+
+        with PostgresContainer("postgres:16", driver=None) as container:
+            yield container.get_connection_url()
+        return
+    from mldiag.local.postgres import EmbeddedPostgres  # noqa: PLC0415
+
+    home = world_readable_tempdir("mldiag-test-pg-")
+    server = EmbeddedPostgres(home / "data", port=free_port())
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+async def database_url(postgres_server_url: str) -> AsyncIterator[str]:
+    """A fresh database for this test run, dropped at the end."""
+    name = f"mldiag_test_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(postgres_server_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    base, _, _ = postgres_server_url.rpartition("/")
+    yield f"{base}/{name}"
+    admin = await asyncpg.connect(postgres_server_url)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+def database_settings(database_url: str) -> DatabaseSettings:
+    """Settings pointing at this run's database."""
+    return DatabaseSettings(url=database_url, pool_min_size=1, pool_max_size=4)
+
+
+@pytest.fixture
+def db_schema() -> str:
+    """A schema of its own for one test."""
+    return f"t_{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+async def namespace(nats_url: str) -> AsyncIterator[str]:
+    """A NATS namespace of its own for one test; its streams are deleted afterwards."""
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    yield prefix
+    client = await nats.connect(nats_url)
+    try:
+        js = client.jetstream()
+        for name in await js.streams_info():
+            if name.config.name and name.config.name.startswith(prefix.upper() + "_"):
+                with contextlib.suppress(Exception):
+                    await js.delete_stream(name.config.name)
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+def nats_settings(nats_url: str, namespace: str) -> NatsSettings:
+    """Settings for this test's namespace, with quick retries."""
+    return NatsSettings(
+        url=nats_url, namespace=namespace, max_deliver=3, retry_backoff_seconds=0.05
+    )

@@ -1,0 +1,92 @@
+"""A consumer that fails once still stores the batch exactly once."""
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+
+import asyncpg
+import pytest
+
+from mldiag_platform.bus import Consumer, Delivery, Publisher, create_broker, declare_streams
+from mldiag_platform.database import apply_migrations, create_pool, load_migrations
+from mldiag_platform.outbox import Outbox, outbox_migrations
+from mldiag_platform.settings import DatabaseSettings, NatsSettings
+from mldiag_run_registry.handlers import BusHandlers, metrics_consumer
+from mldiag_run_registry.repository import RunRepository
+from mldiag_run_registry.service import RegistryService
+from mldiag_schemas.bus import ALL_STREAMS, Namespace
+from mldiag_schemas.telemetry import MetricPoint, MetricPointsReceived
+from support import wait_until
+
+pytestmark = pytest.mark.connected
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("fail", ["before-commit", "after-commit"])
+async def test_a_batch_redelivered_after_a_failure_is_stored_exactly_once(
+    fail: str, nats_settings: NatsSettings, database_settings: DatabaseSettings, db_schema: str
+) -> None:
+    pool = await create_pool(database_settings, db_schema)
+    migrations = [
+        *outbox_migrations(),
+        *load_migrations("run-registry", "mldiag_run_registry.migrations"),
+    ]
+    await apply_migrations(pool, db_schema, migrations)
+    namespace = Namespace(nats_settings.namespace)
+    broker = create_broker(nats_settings, "test")
+    await broker.connect()
+    await declare_streams(broker, namespace, ALL_STREAMS)
+    publisher = Publisher(broker, namespace, nats_settings)
+    outbox = Outbox(pool, publisher)
+    real = BusHandlers(RegistryService(RunRepository(pool, outbox, db_schema), outbox))
+    deliveries_seen: list[int] = []
+
+    async def fails_once(deliveries: list[Delivery[MetricPointsReceived]]) -> None:
+        deliveries_seen.extend(d.num_delivered for d in deliveries)
+        first_time = all(d.num_delivered == 1 for d in deliveries)
+        if fail == "before-commit" and first_time:
+            raise ConnectionError("database went away")
+        await real.on_metrics(deliveries)
+        if fail == "after-commit" and first_time:
+            raise ConnectionError("crashed before the ack")  # the commit happened
+
+    Consumer(metrics_consumer(50), fails_once, publisher, namespace, nats_settings).subscribe(
+        broker
+    )
+    await broker.start()
+    try:
+        messages = [
+            MetricPointsReceived(
+                run_id="run-1",
+                batch_id=uuid.uuid4(),
+                chunk=0,
+                points=[
+                    MetricPoint(name="loss", step=i * 10 + j, value=1.0, time=NOW)
+                    for j in range(10)
+                ],
+            )
+            for i in range(3)
+        ]
+        await publisher.publish_many(messages)
+
+        async def stored() -> int:
+            count: int = await pool.fetchval("SELECT count(*) FROM metric_points")
+            return count
+
+        await wait_until(stored, accept=lambda n: n >= 30)
+        await wait_until(
+            lambda: asyncio.sleep(0, deliveries_seen), accept=lambda seen: max(seen) >= 2
+        )
+        await asyncio.sleep(0.5)  # let any stray redelivery arrive before counting
+        assert await stored() == 30
+        assert await pool.fetchval("SELECT count(DISTINCT step) FROM metric_points") == 30
+        assert max(deliveries_seen) == 2  # redelivered once, then acked
+    finally:
+        await broker.stop()
+        await _drop(pool, db_schema)
+
+
+async def _drop(pool: asyncpg.Pool, schema: str) -> None:
+    await pool.execute(f"DROP SCHEMA {schema} CASCADE")
+    await pool.close()

@@ -1,0 +1,73 @@
+"""Helpers shared by tests (importable because pytest puts tests/ on the path)."""
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TypeVar
+
+import httpx
+import nats
+from fastapi import FastAPI
+from nats.aio.msg import Msg
+
+from mldiag_platform.settings import NatsSettings
+from mldiag_schemas.bus import Namespace, stream_of
+from mldiag_schemas.envelope import Envelope
+from mldiag_schemas.messages import parse_message
+
+T = TypeVar("T")
+E = TypeVar("E", bound=Envelope)
+
+
+async def wait_until(
+    probe: Callable[[], Awaitable[T]],
+    accept: Callable[[T], bool] = bool,
+    timeout: float = 15.0,
+    interval: float = 0.05,
+) -> T:
+    """Call ``probe`` until ``accept`` approves its result; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = await probe()
+        if accept(result):
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s; last result: {result!r}")
+        await asyncio.sleep(interval)
+
+
+@asynccontextmanager
+async def serving(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """Run the app's lifespan (real connections) and give a client that calls it in-process."""
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            yield client
+
+
+async def read_stream(url: str, subject: str, stream: str) -> list[Msg]:
+    """Every message stored on ``subject`` in ``stream`` (an ephemeral pull, nothing acked)."""
+    client = await nats.connect(url)
+    try:
+        sub = await client.jetstream().pull_subscribe(subject, stream=stream)
+        try:
+            return await sub.fetch(1000, timeout=0.5)
+        except TimeoutError:  # nats-py raises both its own and asyncio's
+            return []
+    finally:
+        await client.close()
+
+
+async def read_messages(
+    settings: NatsSettings, base_subject: str, message_type: type[E]
+) -> list[E]:
+    """Parsed messages of one type under ``<namespace>.<base_subject>.*``."""
+    namespace = Namespace(settings.namespace)
+    raw = await read_stream(
+        settings.url,
+        namespace.subject(base_subject, "*"),
+        namespace.stream(stream_of(base_subject)),
+    )
+    parsed = (parse_message(message.data) for message in raw)
+    return [message for message in parsed if isinstance(message, message_type)]

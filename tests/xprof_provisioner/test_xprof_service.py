@@ -1,0 +1,298 @@
+"""The provisioner's domain logic with a fake XProf launcher, a fake publisher and a FileStore."""
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from mldiag_platform.storage import FileStore
+from mldiag_xprof_provisioner.errors import (
+    InstanceNotFound,
+    InvalidRunId,
+    NoFreePorts,
+    TooManyInstances,
+    XProfStartFailed,
+)
+from mldiag_xprof_provisioner.service import OWNER_FILE, XProfProvisioner
+from xprof_provisioner.xprof_fakes import FAILED, RUNNING, STARTING, STOPPED, World
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return World(tmp_path)
+
+
+async def test_start_copies_the_runs_profiles_and_reports_a_running_instance(world: World) -> None:
+    await world.store.put("run-1/plugins/profile/s1/host1.xplane.pb", b"xplane")
+    await world.store.put("run-1/plugins/profile/s2/host2.xplane.pb", b"other")
+    await world.store.put("run-1/metrics.json", b"not a profile")
+    await world.store.put("run-10/plugins/profile/s9/host.xplane.pb", b"another run")
+
+    started = await world.service.start("run-1")
+
+    instance = started.instance
+    assert started.created
+    assert instance.state is RUNNING
+    assert instance.run_id == "run-1"
+    assert instance.name == f"xprofInstances/{instance.instance_id}"
+    assert instance.url == f"http://xprof.example:{instance.port}/"
+    assert 9100 <= instance.port < 9120
+    assert 9100 <= instance.grpc_port < 9120
+    assert instance.port != instance.grpc_port
+    [process] = world.launcher.launched
+    assert process.spec.logdir == Path(instance.logdir)
+    assert process.spec.port == instance.port
+    assert process.spec.grpc_port == instance.grpc_port
+    assert process.spec.log_path == Path(instance.logdir).parent / "xprof.log"
+    assert process.files_at_launch == [
+        "plugins/profile/s1/host1.xplane.pb",
+        "plugins/profile/s2/host2.xplane.pb",
+    ]
+    copy = Path(instance.logdir) / "plugins/profile/s1/host1.xplane.pb"
+    assert copy.read_bytes() == b"xplane"
+    assert world.recorder.states() == [STARTING, RUNNING]
+
+
+async def test_a_run_without_profiles_still_gets_an_instance(world: World) -> None:
+    started = await world.service.start("empty-run")
+    assert started.instance.state is RUNNING
+    assert (Path(started.instance.logdir) / "plugins" / "profile").is_dir()
+    assert world.launcher.launched[0].files_at_launch == []
+
+
+async def test_starting_a_run_again_returns_its_instance(world: World) -> None:
+    first = await world.service.start("run-1")
+    world.clock.advance(10)
+    second = await world.service.start("run-1")
+    assert not second.created
+    assert second.instance.instance_id == first.instance.instance_id
+    assert second.instance.last_access_time == world.clock.now
+    assert len(world.launcher.launched) == 1
+
+
+async def test_concurrent_starts_of_one_run_share_one_xprof(world: World) -> None:
+    world.launcher.behaviour = "gated"
+    first = asyncio.create_task(world.service.start("run-1"))
+    second = asyncio.create_task(world.service.start("run-1"))
+    await asyncio.sleep(0.01)
+    [listed] = await world.service.list_instances()
+    assert listed.state is STARTING
+    world.launcher.gate.set()
+    results = await asyncio.gather(first, second)
+    assert sorted(r.created for r in results) == [False, True]
+    assert {r.instance.instance_id for r in results} == {listed.instance_id}
+    assert all(r.instance.state is RUNNING for r in results)
+    assert len(world.launcher.launched) == 1
+
+
+async def test_more_than_max_instances_is_refused_with_a_clear_error(tmp_path: Path) -> None:
+    world = World(tmp_path, max_instances=2)
+    first = await world.service.start("run-1")
+    await world.service.start("run-2")
+    with pytest.raises(TooManyInstances, match="2 XProf instances are running") as caught:
+        await world.service.start("run-3")
+    assert caught.value.code == "too_many_instances"
+    assert caught.value.http_status == 429
+    await world.service.stop(first.instance.instance_id)
+    third = await world.service.start("run-3")
+    assert third.instance.state is RUNNING
+
+
+async def test_ports_are_checked_and_never_shared_while_in_use(world: World) -> None:
+    world.launcher.busy_ports = {9100, 9102}
+    one = (await world.service.start("run-1")).instance
+    two = (await world.service.start("run-2")).instance
+    assert (one.port, one.grpc_port) == (9101, 9103)
+    assert (two.port, two.grpc_port) == (9104, 9105)
+    await world.service.stop(one.instance_id)
+    # Freed ports return to the pool once their XProf is gone.
+    three = (await world.service.start("run-3")).instance
+    assert (three.port, three.grpc_port) == (9101, 9103)
+
+
+async def test_an_exhausted_port_range_is_a_clear_error(tmp_path: Path) -> None:
+    world = World(tmp_path, instance_port_count=3)
+    await world.service.start("run-1")
+    with pytest.raises(NoFreePorts, match="9100-9102"):
+        await world.service.start("run-2")
+
+
+@pytest.mark.parametrize("run_id", ["Not.Valid", "", "a/../../etc", "-x"])
+async def test_an_invalid_run_id_is_refused(world: World, run_id: str) -> None:
+    with pytest.raises(InvalidRunId) as caught:
+        await world.service.start(run_id)
+    assert caught.value.http_status == 400
+    assert world.launcher.launched == []
+
+
+async def test_an_xprof_that_exits_is_failed_with_its_reason(world: World) -> None:
+    world.launcher.behaviour = "exit"
+    with pytest.raises(XProfStartFailed, match="boom") as caught:
+        await world.service.start("run-1")
+    assert caught.value.code == "xprof_start_failed"
+    [failed] = await world.service.list_instances()
+    assert caught.value.details == [{"instance": failed.name}]
+    assert failed.state is FAILED
+    assert "exited with status 1" in failed.error
+    assert failed.url == ""
+    assert not Path(failed.logdir).parent.exists()
+    assert world.recorder.states() == [STARTING, FAILED]
+    # The failed instance holds nothing: the run can be started again, on the same ports.
+    world.launcher.behaviour = "ready"
+    again = await world.service.start("run-1")
+    assert again.created
+    assert (again.instance.port, again.instance.grpc_port) == (failed.port, failed.grpc_port)
+
+
+async def test_an_xprof_that_never_answers_is_stopped_and_failed(tmp_path: Path) -> None:
+    world = World(tmp_path, startup_timeout_seconds=0.05)
+    world.launcher.behaviour = "hang"
+    with pytest.raises(XProfStartFailed, match=r"did not answer on port \d+ within 0.05 s"):
+        await world.service.start("run-1")
+    [process] = world.launcher.launched
+    assert process.stops == 1
+    [failed] = await world.service.list_instances()
+    assert "something broke" in failed.error
+
+
+async def test_stop_ends_the_process_deletes_the_copy_and_is_idempotent(world: World) -> None:
+    await world.store.put("run-1/plugins/profile/s1/h.xplane.pb", b"x")
+    instance = (await world.service.start("run-1")).instance
+    stopped = await world.service.stop(instance.instance_id)
+    assert stopped.state is STOPPED
+    assert stopped.url == ""
+    assert world.launcher.launched[0].stops == 1
+    assert not Path(instance.logdir).parent.exists()
+    again = await world.service.stop(instance.instance_id)
+    assert again.state is STOPPED
+    assert world.launcher.launched[0].stops == 1
+    assert world.recorder.states() == [STARTING, RUNNING, STOPPED]
+    # A new start for the run makes a new instance rather than reviving the stopped one.
+    fresh = await world.service.start("run-1")
+    assert fresh.created
+    assert fresh.instance.instance_id != instance.instance_id
+
+
+async def test_stopping_a_starting_instance_cancels_its_start(world: World) -> None:
+    world.launcher.behaviour = "gated"
+    starting = asyncio.create_task(world.service.start("run-1"))
+    await asyncio.sleep(0.01)
+    [listed] = await world.service.list_instances()
+    stopped = await world.service.stop(listed.instance_id)
+    assert stopped.state is STOPPED
+    result = await starting
+    assert result.instance.state is STOPPED
+    assert world.launcher.launched[0].stops == 1
+    assert world.recorder.states() == [STARTING, STOPPED]
+
+
+async def test_concurrent_stops_stop_once(world: World) -> None:
+    instance = (await world.service.start("run-1")).instance
+    results = await asyncio.gather(*(world.service.stop(instance.instance_id) for _ in range(3)))
+    assert {r.state for r in results} == {STOPPED}
+    assert world.launcher.launched[0].stops == 1
+    assert world.recorder.states().count(STOPPED) == 1
+
+
+async def test_get_counts_as_access_and_unknown_ids_are_not_found(world: World) -> None:
+    instance = (await world.service.start("run-1")).instance
+    world.clock.advance(30)
+    seen = await world.service.get(instance.instance_id)
+    assert seen.last_access_time == world.clock.now
+    listed = await world.service.list_instances()
+    assert listed[0].last_access_time == world.clock.now
+    with pytest.raises(InstanceNotFound) as caught:
+        await world.service.get("nope")
+    assert caught.value.code == "not_found"
+    assert caught.value.http_status == 404
+    with pytest.raises(InstanceNotFound):
+        await world.service.stop("nope")
+
+
+async def test_the_reaper_stops_idle_instances_and_later_forgets_them(world: World) -> None:
+    idle = (await world.service.start("run-1")).instance
+    busy = (await world.service.start("run-2")).instance
+    world.clock.advance(45)
+    await world.service.get(busy.instance_id)
+    world.clock.advance(30)  # idle: 75 s unused, busy: 30 s
+
+    await world.service.reap()
+
+    states = {i.instance_id: i.state for i in await world.service.list_instances()}
+    assert states == {idle.instance_id: STOPPED, busy.instance_id: RUNNING}
+    assert world.launcher.launched[0].stops == 1
+    world.clock.advance(61)
+    await world.service.reap()
+    remaining = await world.service.list_instances()
+    # The stopped one is forgotten after as long again; busy has gone idle meanwhile.
+    assert [(i.instance_id, i.state) for i in remaining] == [(busy.instance_id, STOPPED)]
+    with pytest.raises(InstanceNotFound):
+        await world.service.get(idle.instance_id)
+
+
+async def test_the_reaper_task_runs_on_its_own(tmp_path: Path) -> None:
+    world = World(tmp_path, idle_timeout_seconds=0.2)
+    instance = (await world.service.start("run-1")).instance
+    reaper = asyncio.create_task(world.service.run_reaper())
+    try:
+        world.clock.advance(1)
+        for _ in range(100):
+            if world.recorder.states(instance.instance_id)[-1:] == [STOPPED]:
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        reaper.cancel()
+        await asyncio.wait({reaper})
+    assert world.recorder.states(instance.instance_id)[-1] is STOPPED
+
+
+async def test_a_crashed_xprof_is_noticed_as_failed(world: World) -> None:
+    instance = (await world.service.start("run-1")).instance
+    world.launcher.launched[0].exit_status = -9
+    seen = await world.service.get(instance.instance_id)
+    assert seen.state is FAILED
+    assert "exited with status -9" in seen.error
+    assert "something broke" in seen.error
+    # The run is served again by a fresh instance.
+    replacement = await world.service.start("run-1")
+    assert replacement.created
+    assert replacement.instance.state is RUNNING
+
+
+async def test_close_stops_every_instance(world: World) -> None:
+    for run in ("run-1", "run-2", "run-3"):
+        await world.service.start(run)
+    await world.service.close()
+    assert {i.state for i in await world.service.list_instances()} == {STOPPED}
+    assert [p.stops for p in world.launcher.launched] == [1, 1, 1]
+
+
+async def test_stale_copies_of_dead_provisioners_are_removed(world: World) -> None:
+    work = world.settings.work_dir
+    for name, owner in (("dead", "4242"), ("alive", "77"), ("garbled", "x")):
+        (work / name / "logdir").mkdir(parents=True)
+        (work / name / OWNER_FILE).write_text(owner)
+    (work / "not-ours").mkdir()
+    world.launcher.alive_pids = {77}
+    await world.service.remove_stale_copies()
+    assert sorted(p.name for p in work.iterdir()) == ["alive", "not-ours"]
+
+
+async def test_object_keys_that_are_not_plain_files_are_skipped(world: World) -> None:
+    class OddStore(FileStore):
+        async def list(self, prefix: str = "") -> list[str]:
+            keys = await super().list(prefix)
+            return [*keys, f"{prefix}../../escape.pb", f"{prefix}folder/"]
+
+    odd = OddStore(world.store.root)
+    await odd.put("run-1/plugins/profile/s1/h.xplane.pb", b"x")
+    service = XProfProvisioner(world.settings, odd, world.recorder, world.launcher, world.clock)
+    await service.start("run-1")
+    assert world.launcher.launched[0].files_at_launch == ["plugins/profile/s1/h.xplane.pb"]
+
+
+async def test_a_bus_outage_does_not_stop_xprof_from_starting(tmp_path: Path) -> None:
+    world = World(tmp_path, publish_fails=True)
+    instance = (await world.service.start("run-1")).instance
+    assert instance.state is RUNNING
+    assert (await world.service.stop(instance.instance_id)).state is STOPPED
