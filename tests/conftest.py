@@ -9,17 +9,15 @@ its own NATS namespace (streams are deleted afterwards).
 import contextlib
 import os
 import shutil
-import socket
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import asyncpg
 import nats
 import pytest
 
 from mldiag_platform.settings import DatabaseSettings, NatsSettings
+from support import free_port, world_readable_tempdir
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -28,21 +26,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if not tiers & {marker.name for marker in item.iter_markers()}:
             item.add_marker(pytest.mark.unit)
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def world_readable_tempdir(prefix: str) -> Path:
-    """A temp dir whose path an unprivileged server process (PostgreSQL as root) can enter."""
-    path = Path(tempfile.mkdtemp(prefix=prefix))
-    path.chmod(0o755)
-    return path
 
 
 def _docker_answers() -> bool:

@@ -1,9 +1,12 @@
 """Helpers shared by tests (importable because pytest puts tests/ on the path)."""
 
 import asyncio
+import socket
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TypeVar
 
 import httpx
@@ -18,6 +21,21 @@ from mldiag_schemas.messages import parse_message
 
 T = TypeVar("T")
 E = TypeVar("E", bound=Envelope)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def world_readable_tempdir(prefix: str) -> Path:
+    """A temp dir whose path an unprivileged server process (PostgreSQL as root) can enter."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o755)
+    return path
 
 
 async def wait_until(

@@ -1,0 +1,68 @@
+"""Object storage: the same behaviour from file:// and from gs:// (against an emulator)."""
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mldiag_platform.errors import InvalidArgument, NotFound
+from mldiag_platform.storage import FileStore, GcsStore, ObjectStore, open_store
+from support import free_port
+
+
+@pytest.fixture
+def gcs_store(monkeypatch: pytest.MonkeyPatch) -> Iterator[GcsStore]:
+    from gcp_storage_emulator.server import create_server  # noqa: PLC0415
+
+    port = free_port()
+    server = create_server("127.0.0.1", port, in_memory=True, default_bucket="mldiag-test")
+    server.start()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+    try:
+        yield GcsStore("mldiag-test", "artifacts")
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["file", "gs"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
+    if request.param == "file":
+        return FileStore(tmp_path / "root")
+    gcs: GcsStore = request.getfixturevalue("gcs_store")
+    return gcs
+
+
+async def test_put_get_list_delete(store: ObjectStore) -> None:
+    await store.put("run-1/plugins/profile/s1/host-a.xplane.pb", b"\x00\x01profile")
+    await store.put("run-1/plugins/profile/s1/host-b.xplane.pb", b"b")
+    await store.put("run-2/other.txt", b"x")
+    assert await store.get("run-1/plugins/profile/s1/host-a.xplane.pb") == b"\x00\x01profile"
+    assert await store.list("run-1/") == [
+        "run-1/plugins/profile/s1/host-a.xplane.pb",
+        "run-1/plugins/profile/s1/host-b.xplane.pb",
+    ]
+    await store.put("run-2/other.txt", b"replaced")
+    assert await store.get("run-2/other.txt") == b"replaced"
+    await store.delete("run-2/other.txt")
+    await store.delete("run-2/other.txt")  # deleting twice is fine
+    with pytest.raises(NotFound):
+        await store.get("run-2/other.txt")
+
+
+@pytest.mark.parametrize("key", ["../escape", "/absolute", "", "dir/"])
+async def test_keys_cannot_escape_the_root(store: ObjectStore, key: str) -> None:
+    with pytest.raises(InvalidArgument):
+        await store.put(key, b"x")
+
+
+def test_open_store_understands_both_schemes(tmp_path: Path, gcs_store: GcsStore) -> None:
+    local = open_store(f"file://{tmp_path}")
+    assert isinstance(local, FileStore)
+    assert local.root == tmp_path.resolve()
+    assert os.environ["STORAGE_EMULATOR_HOST"].startswith("http://")
+    remote = open_store("gs://mldiag-test/some/prefix")
+    assert isinstance(remote, GcsStore)
+    assert remote.url == "gs://mldiag-test/some/prefix"
+    with pytest.raises(InvalidArgument):
+        open_store("s3://bucket")

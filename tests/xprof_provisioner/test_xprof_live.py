@@ -1,0 +1,224 @@
+"""Real XProf processes, started through the service (fake publisher, no NATS needed) and
+through the assembled app (real NATS)."""
+
+import asyncio
+import gzip
+import json
+import os
+import random
+import socket
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from mldiag_platform.settings import NatsSettings, StorageSettings
+from mldiag_platform.storage import FileStore
+from mldiag_schemas.bus import Namespace
+from mldiag_schemas.messages import parse_message
+from mldiag_schemas.profiling import XProfInstanceChanged, XProfInstanceState
+from mldiag_xprof_provisioner.app import create_app
+from mldiag_xprof_provisioner.errors import XProfStartFailed
+from mldiag_xprof_provisioner.process import SubprocessLauncher, XProfChild, port_is_free
+from mldiag_xprof_provisioner.service import LaunchSpec, XProfProvisioner
+from mldiag_xprof_provisioner.settings import XProfProvisionerSettings
+from support import serving, wait_until
+from xprof_provisioner.xprof_fakes import Recorder
+
+pytestmark = pytest.mark.connected
+
+PROFILE_KEY = "{run}/plugins/profile/session1/host1.xplane.pb"
+
+
+class RecordingLauncher(SubprocessLauncher):
+    """The real launcher, keeping hold of what it launched so tests can inspect it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.children: list[XProfChild] = []
+
+    async def launch(self, spec: LaunchSpec) -> XProfChild:
+        child = await super().launch(spec)
+        self.children.append(child)
+        return child
+
+
+def _settings(tmp_path: Path, **overrides: float) -> XProfProvisionerSettings:
+    # A random range: other suites on this machine may run XProfs on the default one.
+    base = random.randrange(20_000, 40_000, 20)
+    return XProfProvisionerSettings(
+        work_dir=tmp_path / "work",
+        first_instance_port=base,
+        instance_port_count=20,
+        storage=StorageSettings(url=f"file://{tmp_path / 'storage'}"),
+        **overrides,
+    )
+
+
+def _fetch_json(url: str) -> object:
+    # XProf gzips its answers whether asked to or not.
+    with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310  # http to ourselves
+        raw = response.read()
+    return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def test_a_real_xprof_lists_the_runs_session_and_stops_without_a_trace(
+    tmp_path: Path,
+) -> None:
+    settings = _settings(tmp_path)
+    store = FileStore(tmp_path / "storage")
+    await store.put(PROFILE_KEY.format(run="run-live"), b"\x00 not much of an xplane")
+    launcher = RecordingLauncher()
+    recorder = Recorder()
+    service = XProfProvisioner(settings, store, recorder, launcher)
+
+    started_at = time.perf_counter()
+    started = await service.start("run-live")
+    start_seconds = time.perf_counter() - started_at
+
+    instance = started.instance
+    assert instance.state is XProfInstanceState.RUNNING, instance.error
+    [child] = launcher.children
+    try:
+        runs = await asyncio.to_thread(_fetch_json, f"{instance.url}data/plugin/profile/runs")
+        assert runs == ["session1"]
+        # The probe sees XProf's HTTP port and its SO_REUSEPORT gRPC port as taken.
+        assert not port_is_free(instance.port)
+        assert not port_is_free(instance.grpc_port)
+        assert (Path(instance.logdir).parent / "xprof.log").is_file()
+        print(  # noqa: T201  # the figures the report quotes
+            f"\nxprof start: {start_seconds:.2f} s, idle RSS: {_rss_mib(child.pid):.0f} MiB"
+        )
+    finally:
+        stopped = await service.stop(instance.instance_id)
+
+    assert stopped.state is XProfInstanceState.STOPPED
+    assert child.returncode is not None
+    assert _gone(child.pid)
+    assert port_is_free(instance.port)
+    assert port_is_free(instance.grpc_port)
+    assert not Path(instance.logdir).parent.exists()
+    assert recorder.states() == [
+        XProfInstanceState.STARTING,
+        XProfInstanceState.RUNNING,
+        XProfInstanceState.STOPPED,
+    ]
+
+
+async def test_the_idle_reaper_stops_a_real_xprof(tmp_path: Path) -> None:
+    settings = _settings(tmp_path, idle_timeout_seconds=0.5)
+    launcher = RecordingLauncher()
+    recorder = Recorder()
+    service = XProfProvisioner(settings, FileStore(tmp_path / "storage"), recorder, launcher)
+    reaper = asyncio.create_task(service.run_reaper())
+    try:
+        instance = (await service.start("run-idle")).instance
+        assert instance.state is XProfInstanceState.RUNNING, instance.error
+
+        async def state() -> XProfInstanceState:
+            [listed] = await service.list_instances()  # listing is not use
+            return listed.state
+
+        await wait_until(state, lambda s: s is XProfInstanceState.STOPPED, timeout=10)
+    finally:
+        reaper.cancel()
+        await asyncio.wait({reaper})
+        await service.close()
+    [child] = launcher.children
+    assert _gone(child.pid)
+    assert port_is_free(instance.port)
+
+
+class LyingLauncher(RecordingLauncher):
+    """Believes every port is free, as a probe would in a race with another process."""
+
+    def port_is_free(self, port: int) -> bool:  # noqa: ARG002
+        return True
+
+
+async def test_an_xprof_that_cannot_bind_is_failed_with_its_log(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    service = XProfProvisioner(
+        settings, FileStore(tmp_path / "storage"), Recorder(), LyingLauncher()
+    )
+    with socket.socket(socket.AF_INET6) as squatter:
+        squatter.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        squatter.bind(("::", settings.first_instance_port))
+        squatter.listen()
+        with pytest.raises(XProfStartFailed, match="exited with status") as caught:
+            await service.start("run-squatted")
+    print(caught.value.message)  # noqa: T201
+    [failed] = await service.list_instances()
+    assert failed.state is XProfInstanceState.FAILED
+    assert "Log tail" in failed.error
+
+
+async def _changes(nats_url: str, namespace: str, run_id: str) -> list[XProfInstanceChanged]:
+    import nats  # noqa: PLC0415
+
+    client = await nats.connect(nats_url)
+    try:
+        js = client.jetstream()
+        subject = Namespace(namespace).subject("profiling.instance.changed", run_id)
+        subscription = await js.pull_subscribe(subject, durable=None)
+        found: list[XProfInstanceChanged] = []
+        try:
+            for raw in await subscription.fetch(10, timeout=1):
+                message = parse_message(raw.data)
+                assert isinstance(message, XProfInstanceChanged)
+                found.append(message)
+        except TimeoutError:
+            pass
+        return found
+    finally:
+        await client.close()
+
+
+def _states(messages: Sequence[XProfInstanceChanged]) -> list[XProfInstanceState]:
+    return [m.instance.state for m in messages]
+
+
+async def test_the_app_serves_the_api_announces_changes_and_stops_xprof_on_shutdown(
+    tmp_path: Path, nats_settings: NatsSettings, nats_url: str
+) -> None:
+    settings = _settings(tmp_path).model_copy(update={"nats": nats_settings})
+    await FileStore(tmp_path / "storage").put(PROFILE_KEY.format(run="run-app"), b"xplane")
+    async with serving(create_app(settings)) as client:
+        health = await client.get("/healthz")
+        assert health.status_code == 200
+        assert health.json()["checks"] == {"nats": True}
+        created = await client.post("/v1/xprofInstances", json={"runId": "run-app"})
+        assert created.status_code == 201, created.text
+        instance = created.json()
+        assert instance["state"] == "RUNNING"
+        runs = await asyncio.to_thread(_fetch_json, f"{instance['url']}data/plugin/profile/runs")
+        assert runs == ["session1"]
+        got = await client.get(f"/v1/xprofInstances/{instance['instanceId']}")
+        assert got.json()["state"] == "RUNNING"
+    # The lifespan's exit (SIGTERM to the service) stopped XProf.
+    assert port_is_free(instance["port"])
+    assert not Path(instance["logdir"]).parent.exists()
+    messages = await _changes(nats_url, nats_settings.namespace, "run-app")
+    assert _states(messages) == [
+        XProfInstanceState.STARTING,
+        XProfInstanceState.RUNNING,
+        XProfInstanceState.STOPPED,
+    ]
+    assert {m.instance.instance_id for m in messages} == {instance["instanceId"]}
