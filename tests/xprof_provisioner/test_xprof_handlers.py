@@ -65,6 +65,8 @@ async def test_start_get_list_and_stop(api: tuple[httpx.AsyncClient, World]) -> 
         (b"{}", "invalid_start_request"),
         (b'{"runId": "r", "extra": 1}', "invalid_start_request"),
         (b"not json", "invalid_start_request"),
+        (b"", "invalid_start_request"),
+        (b'{"runId": "' + b"a" * 70_000 + b'"}', "invalid_start_request"),
     ],
 )
 async def test_bad_start_requests_are_400_with_stable_codes(
@@ -107,6 +109,15 @@ async def test_capacity_and_start_failures_map_to_their_codes(
     refused = await client.post("/v1/xprofInstances", json={"runId": "run-3"})
     assert refused.status_code == 429
     assert refused.json()["error"]["code"] == "too_many_instances"
+
+
+async def test_the_start_body_is_documented(api: tuple[httpx.AsyncClient, World]) -> None:
+    client, _ = api
+    spec = (await client.get("/openapi.json")).json()
+    start = spec["paths"]["/v1/xprofInstances"]["post"]
+    schema = start["requestBody"]["content"]["application/json"]["schema"]
+    assert schema["required"] == ["runId"]
+    assert {"200", "201", "400", "429", "503"} <= set(start["responses"])
 
 
 def test_settings_defaults_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -89,7 +89,7 @@ async def test_more_than_max_instances_is_refused_with_a_clear_error(tmp_path: P
     world = World(tmp_path, max_instances=2)
     first = await world.service.start("run-1")
     await world.service.start("run-2")
-    with pytest.raises(TooManyInstances, match="2 XProf instances are running") as caught:
+    with pytest.raises(TooManyInstances, match="limit of 2 XProf instances") as caught:
         await world.service.start("run-3")
     assert caught.value.code == "too_many_instances"
     assert caught.value.http_status == 429

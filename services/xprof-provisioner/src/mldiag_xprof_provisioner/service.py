@@ -314,8 +314,9 @@ class XProfProvisioner:
         limit = self._settings.max_instances
         if self._active_count() >= limit:
             raise TooManyInstances(
-                f"{limit} XProf instances are running, the limit: stop one, or wait until an "
-                f"idle one is stopped (after {self._settings.idle_timeout_seconds:g} s unused)"
+                f"the limit of {limit} XProf instances are running or starting: stop one, or "
+                f"wait until an idle one is stopped (after "
+                f"{self._settings.idle_timeout_seconds:g} s unused)"
             )
         port, grpc_port = self._allocate_ports()
         instance_id = str(uuid.uuid4())
