@@ -1,0 +1,1 @@
+"""xprof-provisioner: runs XProf instances for runs' profiles, on their own ports."""

@@ -1,0 +1,184 @@
+"""The whole platform as a user runs it: `mldiag up --detach`, curl-like calls, `mldiag down`.
+
+Points including a NaN go in through ingestion; the points, the event the detector opens
+and the analyzer's analysis come back through the registry's REST API; `mldiag down`
+leaves no process behind.
+"""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from support import world_readable_tempdir
+
+pytestmark = pytest.mark.e2e
+
+MLDIAG = [sys.executable, "-m", "mldiag.cli"]
+BASE_PORTS = (8080, 8081, 8082, 8083, 8084, 14222, 18222, 15432)
+
+
+def _ports_free(offset: int) -> bool:
+    import socket  # noqa: PLC0415
+
+    for port in BASE_PORTS:
+        with socket.socket() as sock:
+            # as servers do: a port in TIME_WAIT after a clean stop counts as free
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("127.0.0.1", port + offset))
+            except OSError:
+                return False
+    return True
+
+
+def _free_offset() -> int:
+    for offset in range(20_000, 40_000, 137):
+        if _ports_free(offset):
+            return offset
+    raise RuntimeError("no free port range for the stack")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is gone for our purposes: it holds no port and runs no code
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split()[2] == "Z")
+
+
+class Stack:
+    """A running stack in a temporary home."""
+
+    def __init__(self, home: Path, offset: int) -> None:
+        self.home = home
+        self.offset = offset
+        self.api = f"http://127.0.0.1:{8080 + offset}"
+        self.ingestion = f"http://127.0.0.1:{8081 + offset}"
+
+    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "MLDIAG_HOME": str(self.home), "MLDIAG_PORT_OFFSET": str(self.offset)}
+        return subprocess.run(  # fixed argument list
+            [*MLDIAG, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+    def pids(self) -> list[int]:
+        state = json.loads((self.home / "state.json").read_text())
+        found: list[int] = []
+
+        def walk(node: object) -> None:
+            if isinstance(node, dict):
+                for key, value in node.items():
+                    if key.replace("_", "").lower().endswith("pid") and isinstance(value, int):
+                        found.append(value)
+                    else:
+                        walk(value)
+            elif isinstance(node, list):
+                for item in node:
+                    walk(item)
+
+        walk(state)
+        return found
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    home = world_readable_tempdir("mldiag-e2e-")
+    running = Stack(home, _free_offset())
+    started = time.monotonic()
+    up = running.cli("up", "--detach")
+    elapsed = time.monotonic() - started
+    assert up.returncode == 0, f"mldiag up failed:\n{up.stdout}\n{up.stderr}"
+    print(f"\nmldiag up --detach: healthy in {elapsed:.1f}s")  # noqa: T201
+    try:
+        yield running
+    finally:
+        running.cli("down")
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _poll(url: str, key: str, timeout: float = 20.0) -> list[dict[str, object]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        response = httpx.get(url, timeout=5)
+        response.raise_for_status()
+        items: list[dict[str, object]] = response.json()[key]
+        if items or time.monotonic() > deadline:
+            return items
+        time.sleep(0.1)
+
+
+def test_points_event_and_analysis_come_back_through_the_api(stack: Stack) -> None:
+    status = stack.cli("status")
+    assert status.returncode == 0, status.stdout + status.stderr
+
+    run_id = f"e2e-{uuid.uuid4().hex[:8]}"
+    created = httpx.post(
+        f"{stack.api}/v1/machineLearningRuns",
+        content=json.dumps({"runId": run_id, "displayName": "e2e"}),
+        timeout=5,
+    )
+    assert created.status_code == 201, created.text
+
+    body = b'{"series": [{"name": "loss", "steps": [1, 2, 3, 4], "values": [0.9, 0.7, NaN, 0.5], "host": "host-0"}]}'
+    written = httpx.post(
+        f"{stack.ingestion}/v1/machineLearningRuns/{run_id}/metrics:write", content=body, timeout=5
+    )
+    assert written.status_code == 202, written.text
+
+    points = _poll(f"{stack.api}/v1/machineLearningRuns/{run_id}/metrics/loss", "points")
+    assert [p["step"] for p in points] == [1, 2, 3, 4]
+    assert math.isnan(points[2]["value"])  # type: ignore[arg-type]
+
+    [event] = _poll(f"{stack.api}/v1/machineLearningRuns/{run_id}/events", "events")
+    assert event["type"] == "NUMERICAL_INSTABILITY"
+    assert event["hosts"] == ["host-0"]
+    assert event["evidence"]["firstBadStep"] == 3  # type: ignore[index]
+
+    [analysis] = _poll(f"{stack.api}/v1/machineLearningRuns/{run_id}/analyses", "analyses")
+    assert analysis["eventId"] == event["eventId"]
+    [report] = analysis["reports"]  # type: ignore[misc]
+    assert report["detectionState"] == "DETECTED"
+    assert "last finite value was 0.7 at step 2" in report["details"]
+
+
+def test_xprof_instance_starts_and_stops(stack: Stack) -> None:
+    provisioner = f"http://127.0.0.1:{8084 + stack.offset}"
+    started = httpx.post(
+        f"{provisioner}/v1/xprofInstances", json={"runId": "e2e-profiles"}, timeout=60
+    )
+    assert started.status_code == 201, started.text
+    instance = started.json()
+    assert instance["state"] == "RUNNING"
+    assert httpx.get(f"{instance['url']}data/plugin/profile/runs", timeout=10).status_code == 200
+    stopped = httpx.delete(f"{provisioner}/v1/xprofInstances/{instance['instanceId']}", timeout=30)
+    assert stopped.json()["state"] == "STOPPED"
+
+
+def test_down_leaves_no_process_behind() -> None:
+    home = world_readable_tempdir("mldiag-e2e-down-")
+    stack = Stack(home, _free_offset())
+    try:
+        assert stack.cli("up", "--detach").returncode == 0
+        pids = stack.pids()
+        assert len(pids) >= 8  # supervisor, NATS, PostgreSQL and five services
+        assert all(_pid_alive(pid) for pid in pids)
+        down = stack.cli("down")
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert not any(_pid_alive(pid) for pid in pids)
+        assert _ports_free(stack.offset)
+        assert stack.cli("status").returncode != 0
+    finally:
+        stack.cli("down")
+        shutil.rmtree(home, ignore_errors=True)
