@@ -1,0 +1,281 @@
+"""The ``mldiag`` command line: ``mldiag up`` runs the embedded stack, ``status`` and ``down``
+look after it. It talks to a person, so it prints plain text, not log events.
+"""
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from mldiag.local.errors import LocalStackError
+from mldiag.local.stack import (
+    DEFAULT_HEALTH_TIMEOUT,
+    DEFAULT_HOME,
+    SERVICES,
+    StackConfig,
+    StackReport,
+    StackState,
+    Supervisor,
+    preflight,
+    resolve_config,
+    service_spec,
+    stack_status,
+    start_detached,
+    stop_stack,
+)
+
+_PORT_FLAGS: tuple[tuple[str, str, str], ...] = (
+    # (flag, key in resolve_config's ports, what it is)
+    ("--api-port", "run-registry", "the API (run-registry) [8080]"),
+    ("--ingestion-port", "ingestion", "ingestion [8081]"),
+    ("--event-detector-port", "event-detector", "event-detector [8082]"),
+    ("--analyzer-port", "analyzer", "analyzer [8083]"),
+    ("--xprof-provisioner-port", "xprof-provisioner", "xprof-provisioner [8084]"),
+    ("--nats-port", "nats", "the embedded NATS server [14222]"),
+    ("--nats-monitor-port", "nats-monitor", "NATS monitoring [18222]"),
+    ("--postgres-port", "postgres", "the embedded PostgreSQL [15432]"),
+)
+
+
+def _services_list(text: str) -> list[str]:
+    names = [part for part in text.replace(" ", ",").split(",") if part]
+    try:
+        return [service_spec(name).name for name in names]
+    except LocalStackError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``mldiag`` (exposed for tests and documentation)."""
+    parser = argparse.ArgumentParser(
+        prog="mldiag", description="Monitor, profile and diagnose ML workloads."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    home = argparse.ArgumentParser(add_help=False)
+    home.add_argument(
+        "--home",
+        help=f"where the stack keeps data, logs and state [$MLDIAG_HOME or ./{DEFAULT_HOME}]",
+    )
+    home.add_argument("-v", "--verbose", action="store_true", help="log what happens in detail")
+
+    up = commands.add_parser(
+        "up",
+        parents=[home],
+        help="run NATS, PostgreSQL, storage and the services on this machine",
+        description="Run the embedded stack (no Docker): NATS, PostgreSQL, local object "
+        "storage and the services, each on its own port of 127.0.0.1. Runs in the "
+        "foreground until Ctrl-C unless --detach is given. Every port also reads its "
+        "environment variable (MLDIAG_<SERVICE>_PORT, MLDIAG_EMBEDDED_NATS_PORT, "
+        "MLDIAG_EMBEDDED_NATS_MONITOR_PORT, MLDIAG_EMBEDDED_POSTGRES_PORT, MLDIAG_PORT_OFFSET).",
+    )
+    up.add_argument(
+        "-d", "--detach", action="store_true", help="run in the background; return once healthy"
+    )
+    for flag, _key, what in _PORT_FLAGS:
+        up.add_argument(flag, type=int, metavar="PORT", help=f"port of {what}")
+    up.add_argument(
+        "--port-offset", type=int, metavar="N", help="add N to every port (run a second stack)"
+    )
+    up.add_argument(
+        "--host", help="address the services listen on [$MLDIAG_<SERVICE>_HOST or 127.0.0.1]"
+    )
+    up.add_argument(
+        "--services",
+        type=_services_list,
+        metavar="LIST",
+        help=f"comma-separated services to start [all: {','.join(s.name for s in SERVICES)}]",
+    )
+    up.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_HEALTH_TIMEOUT,
+        metavar="SECONDS",
+        help=f"how long services may take to become healthy [{DEFAULT_HEALTH_TIMEOUT:.0f}]",
+    )
+    up.set_defaults(handler=_up)
+
+    status = commands.add_parser(
+        "status",
+        parents=[home],
+        help="show the embedded stack and check its health",
+        description="Exit status 0 when the stack is running and healthy, 1 otherwise.",
+    )
+    status.set_defaults(handler=_status)
+
+    down = commands.add_parser("down", parents=[home], help="stop the embedded stack")
+    down.add_argument(
+        "--timeout",
+        type=float,
+        default=45.0,
+        metavar="SECONDS",
+        help="how long to wait before killing what has not stopped [45]",
+    )
+    down.set_defaults(handler=_down)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> StackConfig:
+    """The stack configuration ``mldiag up`` arguments (plus the environment) describe."""
+    ports = {key: getattr(args, _dest(flag)) for flag, key, _what in _PORT_FLAGS}
+    return resolve_config(
+        args.home,
+        ports=ports,
+        port_offset=args.port_offset,
+        host=args.host,
+        services=args.services,
+        health_timeout=args.timeout,
+    )
+
+
+def _dest(flag: str) -> str:
+    return flag.removeprefix("--").replace("-", "_")
+
+
+def supervisor_command(config: StackConfig, verbose: bool = False) -> list[str]:
+    """The command that runs ``config``'s supervisor in the foreground, with every value
+    spelt out, so the background process does not depend on the caller's environment.
+    """
+    command = [sys.executable, "-m", "mldiag.cli", "up", "--home", str(config.home)]
+    explicit = {
+        "run-registry": config.service_ports["run-registry"],
+        "ingestion": config.service_ports["ingestion"],
+        "event-detector": config.service_ports["event-detector"],
+        "analyzer": config.service_ports["analyzer"],
+        "xprof-provisioner": config.service_ports["xprof-provisioner"],
+        "nats": config.nats_port,
+        "nats-monitor": config.nats_monitor_port,
+        "postgres": config.postgres_port,
+    }
+    for flag, key, _what in _PORT_FLAGS:
+        command += [flag, str(explicit[key])]
+    command += ["--port-offset", "0", "--timeout", str(config.health_timeout)]
+    hosts = set(config.service_hosts.values())
+    if len(hosts) == 1:
+        command += ["--host", hosts.pop()]
+    # Otherwise each service keeps its MLDIAG_<SERVICE>_HOST, inherited from this environment.
+    if config.services_chosen:
+        command += ["--services", ",".join(config.services)]
+    if verbose:
+        command.append("--verbose")
+    return command
+
+
+def _up(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    if args.detach:
+        preflight(config)  # fail fast here rather than in the background
+        print(f"starting the mldiag stack in the background (home {config.home}) ...", flush=True)
+        # Verbose: up.log is read only when something went wrong, so make it say everything.
+        state = start_detached(config, supervisor_command(config, verbose=True))
+        print(_ready_table(state, config))
+        print(f"\nStop it with: mldiag down --home {config.home}")
+        return 0
+
+    def on_ready(state: StackState) -> None:
+        print(_ready_table(state, config))
+        print("\nPress Ctrl-C to stop.", flush=True)
+
+    code = Supervisor(config, notify=lambda line: print(line, flush=True)).run(on_ready)
+    print("stopped." if code == 0 else "stopped after a failure.", flush=True)
+    return code
+
+
+def _ready_table(state: StackState, config: StackConfig) -> str:
+    seconds = f"{state.ready_seconds:.1f}s" if state.ready_seconds is not None else "?"
+    rows = [
+        (c.label, c.url, f"pid {c.pid}" if c.pid else "", _short(c.log, config.home))
+        for c in state.components
+    ]
+    rows.append(("logs", str(config.logs_dir), "", ""))
+    lines = [f"mldiag is up in {seconds} (supervisor pid {state.supervisor_pid})", ""]
+    lines += _table(rows)
+    for name in state.skipped:
+        lines.append(f"  (not started: {name}, not installed)")
+    return "\n".join(lines)
+
+
+def _short(path: str | None, home: Path) -> str:
+    if not path:
+        return ""
+    try:
+        return str(Path(path).relative_to(home))
+    except ValueError:
+        return path
+
+
+def _table(rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        lines.append("  " + "  ".join(cells).rstrip())
+    return lines
+
+
+def _status(args: argparse.Namespace) -> int:
+    home = resolve_config(args.home).home
+    report = stack_status(home)
+    if report.state is None:
+        print(f"not running (no stack recorded in {home})")
+        return 1
+    if not report.running:
+        print(f"not running: the supervisor (pid {report.state.supervisor_pid}) is gone")
+        if any(health.alive for health in report.components):
+            print(f"some of its processes still run; `mldiag down --home {home}` stops them")
+        return 1
+    print(_status_table(report, report.state, home))
+    return 0 if report.healthy else 1
+
+
+def _status_table(report: StackReport, state: StackState, home: Path) -> str:
+    if report.healthy:
+        headline = f"healthy (supervisor pid {state.supervisor_pid}, up since {state.started_at})"
+    elif state.status != "healthy":
+        headline = f"{state.status} (supervisor pid {state.supervisor_pid})"
+    else:
+        sick = [h.component.name for h in report.components if not h.healthy]
+        headline = f"unhealthy: {', '.join(sick)} (supervisor pid {state.supervisor_pid})"
+    rows = [("COMPONENT", "STATE", "URL", "PID", "LOG")]
+    for health in report.components:
+        c = health.component
+        condition = "healthy" if health.healthy else ("unhealthy" if health.alive else "exited")
+        rows.append((c.label, condition, c.url, str(c.pid or ""), _short(c.log, home)))
+    return "\n".join([f"mldiag stack in {home}: {headline}", "", *_table(rows)])
+
+
+def _down(args: argparse.Namespace) -> int:
+    home = resolve_config(args.home).home
+    result = stop_stack(home, timeout=args.timeout, notify=print)
+    print("stopped." if result.was_running else f"not running (nothing to stop in {home})")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``mldiag`` with ``argv`` (default: the process's arguments); return the exit status."""
+    args = build_parser().parse_args(argv)
+    if args.verbose:
+        logging.basicConfig(
+            level=logging.INFO,
+            format="%(asctime)s %(levelname)s %(name)s %(message)s",
+            stream=sys.stderr,
+        )
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per health poll
+    try:
+        code: int = args.handler(args)
+    except LocalStackError as error:
+        print(f"mldiag {args.command}: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`mldiag status | head`); not worth a traceback.
+        sys.stderr.close()
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""Configuration of the embedded stack: the services it runs, the ports it takes and the
+environment its services get. Flags beat the environment, which beats the defaults.
+"""
+
+import importlib.util
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mldiag.local.errors import LocalStackError
+from mldiag.local.process import (
+    LOCALHOST,
+    child_env,
+)
+
+STATE_FILE = "state.json"
+"""Name of the state file in the home directory; present only while a supervisor runs."""
+DEFAULT_HOME = ".mldiag"
+"""Home directory when neither ``--home`` nor ``MLDIAG_HOME`` is given (relative to the cwd)."""
+DEFAULT_NATS_PORT = 14222
+DEFAULT_NATS_MONITOR_PORT = 18222
+DEFAULT_POSTGRES_PORT = 15432
+DEFAULT_HEALTH_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """One platform service as the supervisor runs it: ``python -m MODULE``."""
+
+    name: str
+    module: str
+    default_port: int
+    label: str
+
+    @property
+    def env_prefix(self) -> str:
+        """Prefix of the service's settings, e.g. ``MLDIAG_RUN_REGISTRY``."""
+        return "MLDIAG_" + self.name.upper().replace("-", "_")
+
+
+SERVICES: tuple[ServiceSpec, ...] = (
+    ServiceSpec("run-registry", "mldiag_run_registry", 8080, "API (run-registry)"),
+    ServiceSpec("ingestion", "mldiag_ingestion", 8081, "ingestion"),
+    ServiceSpec("event-detector", "mldiag_event_detector", 8082, "event-detector"),
+    ServiceSpec("analyzer", "mldiag_analyzer", 8083, "analyzer"),
+    ServiceSpec("xprof-provisioner", "mldiag_xprof_provisioner", 8084, "xprof-provisioner"),
+)
+"""Every service ``mldiag up`` starts, the API first."""
+SERVICE_NAMES: tuple[str, ...] = tuple(spec.name for spec in SERVICES)
+SPECS: dict[str, ServiceSpec] = {spec.name: spec for spec in SERVICES}
+"""The services by name."""
+
+
+def service_spec(name: str) -> ServiceSpec:
+    """The spec of service ``name`` (``run-registry`` or ``run_registry``)."""
+    key = name.strip().replace("_", "-")
+    if key not in SPECS:
+        raise LocalStackError(f"unknown service {name!r}; the services are {', '.join(SPECS)}")
+    return SPECS[key]
+
+
+def service_available(spec: ServiceSpec) -> bool:
+    """Whether ``python -m <module>`` can run here (its package and ``__main__`` exist)."""
+    try:
+        return importlib.util.find_spec(f"{spec.module}.__main__") is not None
+    except ImportError:
+        return False
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """Where the stack lives and which ports it takes. Build it with :func:`resolve_config`."""
+
+    home: Path
+    nats_port: int = DEFAULT_NATS_PORT
+    nats_monitor_port: int = DEFAULT_NATS_MONITOR_PORT
+    postgres_port: int = DEFAULT_POSTGRES_PORT
+    service_ports: Mapping[str, int] = field(
+        default_factory=lambda: {spec.name: spec.default_port for spec in SERVICES}
+    )
+    service_hosts: Mapping[str, str] = field(
+        default_factory=lambda: {spec.name: LOCALHOST for spec in SERVICES}
+    )
+    services: tuple[str, ...] = SERVICE_NAMES
+    """Services to start, in start order."""
+    services_chosen: bool = False
+    """True when the user named the services: a missing one is then an error, not a skip."""
+    health_timeout: float = DEFAULT_HEALTH_TIMEOUT
+
+    @property
+    def state_file(self) -> Path:
+        """``<home>/state.json``."""
+        return self.home / STATE_FILE
+
+    @property
+    def logs_dir(self) -> Path:
+        """``<home>/logs``: one log per component, plus ``up.log`` of a detached supervisor."""
+        return self.home / "logs"
+
+    @property
+    def storage_dir(self) -> Path:
+        """``<home>/storage``, the ``file://`` artifacts root."""
+        return self.home / "storage"
+
+    @property
+    def storage_url(self) -> str:
+        """``file://<home>/storage`` (absolute)."""
+        return f"file://{self.storage_dir}"
+
+    @property
+    def xprof_dir(self) -> Path:
+        """``<home>/xprof``, the xprof-provisioner's working directory."""
+        return self.home / "xprof"
+
+    def ports(self) -> dict[str, int]:
+        """Every port the stack listens on, by a label naming its owner."""
+        ports = {
+            "NATS": self.nats_port,
+            "NATS monitoring": self.nats_monitor_port,
+            "PostgreSQL": self.postgres_port,
+        }
+        for name in self.services:
+            ports[SPECS[name].label] = self.service_ports[name]
+        return ports
+
+
+def _int_from(value: str | int | None, what: str) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise LocalStackError(f"{what} must be a whole number, not {value!r}") from None
+    return number
+
+
+def resolve_config(
+    home: str | Path | None = None,
+    *,
+    ports: Mapping[str, int | None] | None = None,
+    port_offset: int | None = None,
+    host: str | None = None,
+    services: Sequence[str] | None = None,
+    health_timeout: float = DEFAULT_HEALTH_TIMEOUT,
+    environ: Mapping[str, str] | None = None,
+) -> StackConfig:
+    """Combine flags (arguments), environment and defaults, in that order of precedence.
+
+    ``ports`` maps ``nats``, ``nats-monitor``, ``postgres`` and service names to a port or
+    None. The environment offers ``MLDIAG_HOME``, ``MLDIAG_EMBEDDED_NATS_PORT``,
+    ``MLDIAG_EMBEDDED_NATS_MONITOR_PORT``, ``MLDIAG_EMBEDDED_POSTGRES_PORT``,
+    ``MLDIAG_PORT_OFFSET`` and each service's ``MLDIAG_<SERVICE>_HOST`` / ``_PORT``.
+    ``port_offset`` is added to every port (to run a second stack next to the first).
+    """
+    env = os.environ if environ is None else environ
+    given = dict(ports or {})
+    offset = port_offset
+    if offset is None:
+        offset = _int_from(env.get("MLDIAG_PORT_OFFSET"), "MLDIAG_PORT_OFFSET") or 0
+
+    def pick(key: str, env_name: str, default: int) -> int:
+        chosen = given.get(key)
+        if chosen is None:
+            chosen = _int_from(env.get(env_name), env_name)
+        port = (default if chosen is None else chosen) + offset
+        if not 0 < port < 65536:
+            raise LocalStackError(f"port {port} for {key} is outside 1-65535")
+        return port
+
+    service_ports = {
+        spec.name: pick(spec.name, f"{spec.env_prefix}_PORT", spec.default_port)
+        for spec in SERVICES
+    }
+    service_hosts = {
+        spec.name: host or env.get(f"{spec.env_prefix}_HOST") or LOCALHOST for spec in SERVICES
+    }
+    chosen = tuple(dict.fromkeys(service_spec(name).name for name in services or ()))
+    config = StackConfig(
+        home=Path(home or env.get("MLDIAG_HOME") or DEFAULT_HOME).absolute(),
+        nats_port=pick("nats", "MLDIAG_EMBEDDED_NATS_PORT", DEFAULT_NATS_PORT),
+        nats_monitor_port=pick(
+            "nats-monitor", "MLDIAG_EMBEDDED_NATS_MONITOR_PORT", DEFAULT_NATS_MONITOR_PORT
+        ),
+        postgres_port=pick("postgres", "MLDIAG_EMBEDDED_POSTGRES_PORT", DEFAULT_POSTGRES_PORT),
+        service_ports=service_ports,
+        service_hosts=service_hosts,
+        services=tuple(name for name in SERVICE_NAMES if name in chosen) or SERVICE_NAMES,
+        services_chosen=bool(chosen),
+        health_timeout=health_timeout,
+    )
+    labels: dict[int, str] = {}
+    for label, port in config.ports().items():
+        if port in labels:
+            raise LocalStackError(f"{labels[port]} and {label} are both given port {port}")
+        labels[port] = label
+    return config
+
+
+def probe_host(host: str) -> str:
+    """The address to check a service on: a wildcard bind address is reached on localhost."""
+    return LOCALHOST if host in ("0.0.0.0", "", "::") else host
+
+
+def service_environment(config: StackConfig, nats_url: str, database_url: str) -> dict[str, str]:
+    """Environment of every service process: the embedded servers' URLs, every service's
+    host and port (so services can find each other), JSON logs.
+    """
+    env = child_env(
+        {
+            "MLDIAG_NATS_URL": nats_url,
+            "MLDIAG_DATABASE_URL": database_url,
+            "MLDIAG_STORAGE_URL": config.storage_url,
+            "MLDIAG_LOG_FORMAT": "json",
+            "MLDIAG_XPROF_PROVISIONER_WORK_DIR": str(config.xprof_dir),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    for spec in SERVICES:
+        env[f"{spec.env_prefix}_HOST"] = config.service_hosts[spec.name]
+        env[f"{spec.env_prefix}_PORT"] = str(config.service_ports[spec.name])
+    return env

@@ -1,0 +1,460 @@
+"""The supervisor behind ``mldiag up``: starts NATS, PostgreSQL, storage and the services
+in order, watches them, and stops them in reverse order on SIGINT, SIGTERM or SIGHUP.
+"""
+
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+
+import httpx
+
+from mldiag.local.config import (
+    SPECS,
+    ServiceSpec,
+    StackConfig,
+    probe_host,
+    service_available,
+    service_environment,
+)
+from mldiag.local.control import stop_stack
+from mldiag.local.errors import AlreadyRunning, LocalStackError, StartupFailed
+from mldiag.local.nats import EmbeddedNats
+from mldiag.local.postgres import EmbeddedPostgres
+from mldiag.local.process import (
+    LOCALHOST,
+    log_size,
+    log_tail,
+    process_start_ticks,
+    require_free_ports,
+    stop_process,
+)
+from mldiag.local.state import (
+    Component,
+    StackState,
+    alive_components,
+    read_state,
+    recorded_and_orphaned,
+    supervisor_alive,
+    write_state,
+)
+
+log = logging.getLogger(__name__)
+
+SERVICE_STOP_TIMEOUT = 15.0
+"""uvicorn drains for up to 10 s after SIGTERM; a little more before SIGKILL."""
+
+_LOCK_FILE = "supervisor.lock"
+
+
+@contextlib.contextmanager
+def home_lock(home: Path) -> Iterator[None]:
+    """Held by the supervisor for its whole life; the kernel drops it if the process dies."""
+    home.mkdir(parents=True, exist_ok=True)
+    with (home / _LOCK_FILE).open("a") as file:
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            state = read_state(home)
+            pid = f" (supervisor pid {state.supervisor_pid})" if state else ""
+            raise AlreadyRunning(
+                f"a stack from {home} is already running{pid}; "
+                f"`mldiag status --home {home}` shows it, `mldiag down --home {home}` stops it"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(file, fcntl.LOCK_UN)
+
+
+def preflight(config: StackConfig) -> None:
+    """Refuse early, with a clear message, what would make ``up`` fail: a stack already
+    running from this home, processes left by one that died, missing services, taken ports.
+    """
+    with home_lock(config.home):
+        _preflight_locked(config)
+
+
+def _preflight_locked(config: StackConfig) -> None:
+    home = config.home
+    state = read_state(home)
+    leftovers = alive_components(recorded_and_orphaned(home, state))
+    if leftovers or (state is not None and supervisor_alive(state)):
+        pids = ", ".join(f"{c.name} {c.pid}" for c in leftovers)
+        raise AlreadyRunning(
+            f"processes of an earlier stack from {home} are still running ({pids}); "
+            f"`mldiag down --home {home}` stops them"
+        )
+    config.state_file.unlink(missing_ok=True)  # stale, if any: its processes are all gone
+    missing = [name for name in config.services if not service_available(SPECS[name])]
+    if config.services_chosen and missing:
+        modules = ", ".join(f"{name} (python -m {SPECS[name].module})" for name in missing)
+        raise LocalStackError(f"not installed, so cannot start: {modules}")
+    skipped = {SPECS[name].label for name in missing}
+    ports = {label: port for label, port in config.ports().items() if label not in skipped}
+    require_free_ports(
+        ports,
+        hint="Another program (or another mldiag stack) uses them: choose other ports with "
+        "the --*-port flags or shift them all with --port-offset N.",
+    )
+    hosts = {config.service_hosts[name] for name in config.services} - {LOCALHOST}
+    for host in hosts:
+        require_free_ports(
+            {
+                SPECS[name].label: config.service_ports[name]
+                for name in config.services
+                if config.service_hosts[name] == host and name not in missing
+            },
+            host=host,
+        )
+
+
+class _StopRequested(Exception):
+    """SIGINT or SIGTERM arrived; unwind to the shutdown."""
+
+
+@dataclass
+class _Service:
+    spec: ServiceSpec
+    process: "subprocess.Popen[bytes]"
+    component: Component
+    health_url: str
+    log_path: Path
+    since: int
+
+
+def _ignore(_message: str) -> None:
+    return None
+
+
+class Supervisor:
+    """Runs the stack in the foreground until SIGINT or SIGTERM, then stops it in order.
+
+    ``notify`` receives one-line progress messages meant for a person.
+    """
+
+    def __init__(self, config: StackConfig, notify: Callable[[str], None] = _ignore) -> None:
+        self.config = config
+        self.notify = notify
+        self.state: StackState | None = None
+        self._nats: EmbeddedNats | None = None
+        self._postgres: EmbeddedPostgres | None = None
+        self._services: list[_Service] = []
+        self._stop_requested = False
+        self._force = False
+
+    def run(self, on_ready: Callable[[StackState], None] = lambda _state: None) -> int:
+        """Start everything, call ``on_ready`` once all is healthy, run until asked to stop.
+
+        Returns 0 after a requested stop, 1 if a component exited on its own. Start-up
+        failures raise :class:`~mldiag.local.errors.LocalStackError` after everything
+        started so far has been stopped again.
+        """
+        config = self.config
+        with home_lock(config.home):
+            _preflight_locked(config)
+            # SIGHUP too: a closed terminal must not orphan the servers.
+            signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+            previous = {sig: signal.signal(sig, self._on_signal) for sig in signals}
+            try:
+                return self._run_locked(on_ready)
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    def _on_signal(self, _signum: int, _frame: FrameType | None) -> None:
+        # Only flags: the loops check them between steps, so no step is cut in half.
+        if self._stop_requested:
+            self._force = True
+        self._stop_requested = True
+
+    def _check_stop(self) -> None:
+        if self._stop_requested:
+            raise _StopRequested
+
+    def _run_locked(self, on_ready: Callable[[StackState], None]) -> int:
+        config = self.config
+        for directory in (config.logs_dir, config.storage_dir, config.xprof_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+        self.notify(f"starting the mldiag stack (home {config.home}) ...")
+        started = time.monotonic()
+        pid = os.getpid()
+        self.state = StackState(
+            home=str(config.home),
+            supervisor_pid=pid,
+            supervisor_start_ticks=process_start_ticks(pid),
+            status="starting",
+            started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
+        self._save()
+        try:
+            try:
+                self._start_all()
+            except _StopRequested:
+                self.notify("stop requested during start-up; stopping")
+                return 0
+            self.state.status = "healthy"
+            self.state.ready_seconds = round(time.monotonic() - started, 2)
+            self._save()
+            log.info(
+                "local.stack.ready seconds=%.2f home=%s", self.state.ready_seconds, config.home
+            )
+            on_ready(self.state)
+            return self._watch()
+        finally:
+            self._stop_all()
+            config.state_file.unlink(missing_ok=True)
+
+    def _save(self) -> None:
+        if self.state is not None:
+            write_state(self.config.home, self.state)
+
+    def _current(self) -> StackState:
+        if self.state is None:
+            raise RuntimeError("the supervisor has not started")
+        return self.state
+
+    def _record(self, component: Component) -> None:
+        if component.pid is not None:
+            component.start_ticks = process_start_ticks(component.pid)
+        self._current().components.append(component)
+        self._save()
+
+    def _start_all(self) -> None:
+        config = self.config
+        logs = config.logs_dir
+        nats = self._nats = EmbeddedNats(
+            config.home / "nats", config.nats_port, config.nats_monitor_port, logs / "nats.log"
+        )
+        nats.start()
+        self._record(
+            Component(
+                name="nats",
+                kind="nats",
+                label="NATS",
+                url=nats.url,
+                port=nats.port,
+                pid=nats.pid,
+                log=str(nats.log_file),
+                health_url=nats.health_url,
+                detail=f"monitoring {nats.monitor_url}",
+            )
+        )
+        self._check_stop()
+        postgres = self._postgres = EmbeddedPostgres(
+            config.home / "postgres", config.postgres_port, logs / "postgres.log"
+        )
+        postgres.start()
+        self._record(
+            Component(
+                name="postgres",
+                kind="postgres",
+                label="PostgreSQL",
+                url=postgres.url,
+                port=postgres.port,
+                pid=postgres.pid,
+                log=str(postgres.log_file),
+                detail=f"data {postgres.data_dir}",
+            )
+        )
+        self._record(
+            Component(
+                name="storage",
+                kind="storage",
+                label="storage",
+                url=config.storage_url,
+                detail=f"xprof work dir {config.xprof_dir}",
+            )
+        )
+        self._check_stop()
+        self._start_services(service_environment(config, nats.url, postgres.url))
+        self._wait_services_healthy()
+
+    def _start_services(self, env: dict[str, str]) -> None:
+        for name in self.config.services:
+            spec = SPECS[name]
+            if not service_available(spec):
+                self._current().skipped.append(name)
+                self.notify(f"skipping {name}: not installed (no module {spec.module}.__main__)")
+                continue
+            host = self.config.service_hosts[name]
+            port = self.config.service_ports[name]
+            log_path = self.config.logs_dir / f"{name}.log"
+            since = log_size(log_path)
+            with log_path.open("ab") as out:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", spec.module],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+            base = f"http://{probe_host(host)}:{port}"
+            health_url = f"{base}/healthz"
+            component = Component(
+                name=name,
+                kind="service",
+                label=spec.label,
+                url=base,
+                port=port,
+                pid=process.pid,
+                log=str(log_path),
+                health_url=health_url,
+                detail=None if host == LOCALHOST else f"listening on {host}",
+            )
+            self._services.append(_Service(spec, process, component, health_url, log_path, since))
+            self._record(component)
+            log.info("local.service.spawned service=%s pid=%d port=%d", name, process.pid, port)
+
+    def _wait_services_healthy(self) -> None:
+        pending = {service.spec.name: service for service in self._services}
+        last_answer = dict.fromkeys(pending, "no answer yet")
+        deadline = time.monotonic() + self.config.health_timeout
+        with httpx.Client(trust_env=False, timeout=1.0) as client:
+            while pending:
+                self._check_stop()
+                for name, service in list(pending.items()):
+                    if service.process.poll() is not None:
+                        raise StartupFailed(
+                            f"{name} exited with status {service.process.returncode} during "
+                            f"start-up; {service.log_path} ends with:\n"
+                            f"{log_tail(service.log_path, since=service.since)}"
+                        )
+                    try:
+                        response = client.get(service.health_url)
+                    except httpx.HTTPError as error:
+                        last_answer[name] = type(error).__name__
+                        continue
+                    if response.status_code == 200:
+                        del pending[name]
+                        log.info("local.service.healthy service=%s", name)
+                    else:
+                        last_answer[name] = f"{response.status_code} {response.text[:200]}"
+                if pending and time.monotonic() > deadline:
+                    details = "\n\n".join(
+                        f"{name}: last answer {last_answer[name]}; {service.log_path} ends "
+                        f"with:\n{log_tail(service.log_path, since=service.since)}"
+                        for name, service in pending.items()
+                    )
+                    raise StartupFailed(
+                        f"not healthy after {self.config.health_timeout:.0f}s: "
+                        f"{', '.join(pending)}\n\n{details}"
+                    )
+                if pending:
+                    time.sleep(0.1)
+
+    def _watch(self) -> int:
+        while not self._stop_requested:
+            time.sleep(0.2)
+            for service in self._services:
+                if service.process.poll() is not None:
+                    self.notify(
+                        f"{service.spec.name} exited with status {service.process.returncode}; "
+                        f"stopping the stack. {service.log_path} ends with:\n"
+                        f"{log_tail(service.log_path, since=service.since)}"
+                    )
+                    return 1
+            for name, server in (("NATS", self._nats), ("PostgreSQL", self._postgres)):
+                if server is not None and not server.running:
+                    self.notify(f"{name} exited; stopping the stack. See {server.log_file}")
+                    return 1
+        return 0
+
+    def _stop_all(self) -> None:
+        if self.state is not None and self.config.state_file.exists():
+            self.state.status = "stopping"
+            self._save()
+        running = [s for s in self._services if s.process.poll() is None]
+        if running:
+            self.notify(f"stopping {', '.join(s.spec.name for s in running)}")
+        for service in running:
+            with contextlib.suppress(ProcessLookupError):
+                service.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + SERVICE_STOP_TIMEOUT
+        while any(s.process.poll() is None for s in running):
+            if self._force or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        for service in running:
+            # Graceful exits are reaped at once; survivors get SIGKILL on their group.
+            status = stop_process(service.process, signal.SIGKILL, timeout=5.0)
+            log.info("local.service.stopped service=%s status=%d", service.spec.name, status)
+        self._services.clear()
+        quick = 1.0 if self._force else None
+        if self._postgres is not None:
+            self.notify("stopping PostgreSQL")
+            self._postgres.stop(timeout=quick or 15.0)
+        if self._nats is not None:
+            self.notify("stopping NATS")
+            self._nats.stop(timeout=quick or 10.0)
+
+
+def start_detached(
+    config: StackConfig, command: Sequence[str], timeout: float | None = None
+) -> StackState:
+    """Run ``command`` (a supervisor, e.g. ``python -m mldiag.cli up ...``) in the background.
+
+    It gets a session of its own and writes to ``<home>/logs/up.log``. Returns the state
+    once the stack is healthy; raises :class:`~mldiag.local.errors.StartupFailed` with the
+    log's tail if the supervisor exits first or the stack is not healthy in time.
+    """
+    preflight(config)
+    config.logs_dir.mkdir(parents=True, exist_ok=True)
+    up_log = config.logs_dir / "up.log"
+    since = log_size(up_log)
+    with up_log.open("ab") as out:
+        process = subprocess.Popen(
+            list(command),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    # Starting NATS and PostgreSQL (initdb on the first run) comes on top of the services.
+    deadline = time.monotonic() + (timeout or config.health_timeout + 60.0)
+    try:
+        return _wait_detached_healthy(config, process, deadline, up_log, since)
+    except BaseException:
+        # Failed, timed out or interrupted: leave nothing half-started behind.
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=60.0)
+            except subprocess.TimeoutExpired:
+                stop_stack(config.home, timeout=5.0)
+        raise
+
+
+def _wait_detached_healthy(
+    config: StackConfig,
+    process: "subprocess.Popen[bytes]",
+    deadline: float,
+    up_log: Path,
+    since: int,
+) -> StackState:
+    while True:
+        state = read_state(config.home)
+        if state and state.supervisor_pid == process.pid and state.status == "healthy":
+            return state
+        if process.poll() is not None:
+            raise StartupFailed(
+                f"the stack did not start (its supervisor exited with status "
+                f"{process.returncode}); {up_log} ends with:\n"
+                f"{log_tail(up_log, lines=40, since=since)}"
+            )
+        if time.monotonic() > deadline:
+            raise StartupFailed(
+                f"the stack was not healthy in time; {up_log} ends with:\n"
+                f"{log_tail(up_log, lines=40, since=since)}"
+            )
+        time.sleep(0.05)
