@@ -7,21 +7,12 @@ from datetime import UTC, datetime
 
 import nats
 import pytest
-from faststream.nats import NatsBroker
 from nats.aio.msg import Msg
 
-from mldiag_platform.bus import (
-    Consumer,
-    ConsumerSpec,
-    Delivery,
-    Publisher,
-    create_broker,
-    declare_streams,
-)
+from mldiag_platform.bus import BatchHandler, Bus, ConsumerSpec, Delivery, Publisher, connect_bus
 from mldiag_platform.errors import InvalidArgument
 from mldiag_platform.settings import NatsSettings
-from mldiag_schemas import bus
-from mldiag_schemas.bus import Namespace
+from mldiag_schemas.bus import METRICS_RECEIVED, TELEMETRY
 from mldiag_schemas.telemetry import MetricPoint, MetricPointsReceived
 from support import read_stream, wait_until
 
@@ -29,8 +20,8 @@ pytestmark = pytest.mark.connected
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 SPEC = ConsumerSpec(
-    stream=bus.TELEMETRY,
-    subject=bus.METRICS_RECEIVED + ".*",
+    stream=TELEMETRY,
+    subject=METRICS_RECEIVED + ".*",
     durable="test-consumer",
     message_type=MetricPointsReceived,
     batch_size=10,
@@ -47,12 +38,9 @@ def _message(value: float = 1.0) -> MetricPointsReceived:
 
 
 @pytest.fixture
-async def broker(nats_settings: NatsSettings) -> AsyncIterator[NatsBroker]:
-    broker = create_broker(nats_settings, "test")
-    await broker.connect()
-    await declare_streams(broker, Namespace(nats_settings.namespace), bus.ALL_STREAMS)
-    yield broker
-    await broker.stop()
+async def bus(nats_settings: NatsSettings) -> AsyncIterator[Bus]:
+    async with connect_bus(nats_settings, "test") as connected:
+        yield connected
 
 
 async def _stream_messages(url: str, stream: str) -> int:
@@ -69,30 +57,25 @@ async def _dead_letters(url: str, namespace: str) -> list[Msg]:
 
 
 async def test_republishing_the_same_event_id_stores_one_message(
-    broker: NatsBroker, nats_settings: NatsSettings
+    bus: Bus, nats_settings: NatsSettings
 ) -> None:
-    namespace = Namespace(nats_settings.namespace)
-    publisher = Publisher(broker, namespace, nats_settings)
+    publisher = bus.publisher
     message = _message()
     await publisher.publish(message)
     await publisher.publish(message)
     await publisher.publish(_message())
-    stored = await _stream_messages(nats_settings.url, namespace.stream(bus.TELEMETRY))
+    stored = await _stream_messages(nats_settings.url, bus.namespace.stream(TELEMETRY))
     assert stored == 2
 
 
-async def _run_consumer(
-    broker: NatsBroker, nats_settings: NatsSettings, handler: object
-) -> Publisher:
-    namespace = Namespace(nats_settings.namespace)
-    publisher = Publisher(broker, namespace, nats_settings)
-    Consumer(SPEC, handler, publisher, namespace, nats_settings).subscribe(broker)  # type: ignore[arg-type]
-    await broker.start()
-    return publisher
+async def _run_consumer(bus: Bus, handler: BatchHandler[MetricPointsReceived]) -> Publisher:
+    bus.consume(SPEC, handler)
+    await bus.start()
+    return bus.publisher
 
 
 async def test_a_failing_message_is_retried_then_dead_lettered_and_the_rest_flow(
-    broker: NatsBroker, nats_settings: NatsSettings
+    bus: Bus, nats_settings: NatsSettings
 ) -> None:
     poison, good = _message(-1.0), _message(2.0)
     attempts: dict[uuid.UUID, int] = {}
@@ -105,7 +88,7 @@ async def test_a_failing_message_is_retried_then_dead_lettered_and_the_rest_flow
                 raise RuntimeError("cannot handle negative values")
         handled.extend(d.message.event_id for d in deliveries)
 
-    publisher = await _run_consumer(broker, nats_settings, handler)
+    publisher = await _run_consumer(bus, handler)
     await publisher.publish(poison)
     await publisher.publish(good)
 
@@ -127,7 +110,7 @@ async def test_a_failing_message_is_retried_then_dead_lettered_and_the_rest_flow
 
 
 async def test_undecodable_and_permanent_failures_are_dead_lettered_at_once(
-    broker: NatsBroker, nats_settings: NatsSettings
+    bus: Bus, nats_settings: NatsSettings
 ) -> None:
     handled: list[uuid.UUID] = []
     refused = _message(0.0)
@@ -138,7 +121,7 @@ async def test_undecodable_and_permanent_failures_are_dead_lettered_at_once(
                 raise InvalidArgument("this message can never succeed")
         handled.extend(d.message.event_id for d in deliveries)
 
-    publisher = await _run_consumer(broker, nats_settings, handler)
+    publisher = await _run_consumer(bus, handler)
     subject = f"{nats_settings.namespace}.telemetry.metrics.received.run-1"
     await publisher.publish_raw(subject, b"{not json", "garbage-1")
     await publisher.publish(refused)

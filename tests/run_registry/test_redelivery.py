@@ -7,14 +7,13 @@ from datetime import UTC, datetime
 import asyncpg
 import pytest
 
-from mldiag_platform.bus import Consumer, Delivery, Publisher, create_broker, declare_streams
+from mldiag_platform.bus import Bus, Delivery, connect_bus
 from mldiag_platform.database import apply_migrations, create_pool, load_migrations
 from mldiag_platform.outbox import Outbox, outbox_migrations
 from mldiag_platform.settings import DatabaseSettings, NatsSettings
 from mldiag_run_registry.handlers import BusHandlers, metrics_consumer
 from mldiag_run_registry.repository import RunRepository
 from mldiag_run_registry.service import RegistryService
-from mldiag_schemas.bus import ALL_STREAMS, Namespace
 from mldiag_schemas.telemetry import MetricPoint, MetricPointsReceived
 from support import wait_until
 
@@ -33,11 +32,14 @@ async def test_a_batch_redelivered_after_a_failure_is_stored_exactly_once(
         *load_migrations("run-registry", "mldiag_run_registry.migrations"),
     ]
     await apply_migrations(pool, db_schema, migrations)
-    namespace = Namespace(nats_settings.namespace)
-    broker = create_broker(nats_settings, "test")
-    await broker.connect()
-    await declare_streams(broker, namespace, ALL_STREAMS)
-    publisher = Publisher(broker, namespace, nats_settings)
+    async with connect_bus(nats_settings, "test") as bus:
+        await _check_stored_once(bus, pool, db_schema, fail)
+    await pool.execute(f"DROP SCHEMA {db_schema} CASCADE")
+    await pool.close()
+
+
+async def _check_stored_once(bus: Bus, pool: asyncpg.Pool, db_schema: str, fail: str) -> None:
+    publisher = bus.publisher
     outbox = Outbox(pool, publisher)
     real = BusHandlers(RegistryService(RunRepository(pool, outbox, db_schema), outbox))
     deliveries_seen: list[int] = []
@@ -51,42 +53,28 @@ async def test_a_batch_redelivered_after_a_failure_is_stored_exactly_once(
         if fail == "after-commit" and first_time:
             raise ConnectionError("crashed before the ack")  # the commit happened
 
-    Consumer(metrics_consumer(50), fails_once, publisher, namespace, nats_settings).subscribe(
-        broker
-    )
-    await broker.start()
-    try:
-        messages = [
-            MetricPointsReceived(
-                run_id="run-1",
-                batch_id=uuid.uuid4(),
-                chunk=0,
-                points=[
-                    MetricPoint(name="loss", step=i * 10 + j, value=1.0, time=NOW)
-                    for j in range(10)
-                ],
-            )
-            for i in range(3)
-        ]
-        await publisher.publish_many(messages)
-
-        async def stored() -> int:
-            count: int = await pool.fetchval("SELECT count(*) FROM metric_points")
-            return count
-
-        await wait_until(stored, accept=lambda n: n >= 30)
-        await wait_until(
-            lambda: asyncio.sleep(0, deliveries_seen), accept=lambda seen: max(seen) >= 2
+    bus.consume(metrics_consumer(50), fails_once)
+    await bus.start()
+    messages = [
+        MetricPointsReceived(
+            run_id="run-1",
+            batch_id=uuid.uuid4(),
+            chunk=0,
+            points=[
+                MetricPoint(name="loss", step=i * 10 + j, value=1.0, time=NOW) for j in range(10)
+            ],
         )
-        await asyncio.sleep(0.5)  # let any stray redelivery arrive before counting
-        assert await stored() == 30
-        assert await pool.fetchval("SELECT count(DISTINCT step) FROM metric_points") == 30
-        assert max(deliveries_seen) == 2  # redelivered once, then acked
-    finally:
-        await broker.stop()
-        await _drop(pool, db_schema)
+        for i in range(3)
+    ]
+    await publisher.publish_many(messages)
 
+    async def stored() -> int:
+        count: int = await pool.fetchval("SELECT count(*) FROM metric_points")
+        return count
 
-async def _drop(pool: asyncpg.Pool, schema: str) -> None:
-    await pool.execute(f"DROP SCHEMA {schema} CASCADE")
-    await pool.close()
+    await wait_until(stored, accept=lambda n: n >= 30)
+    await wait_until(lambda: asyncio.sleep(0, deliveries_seen), accept=lambda seen: max(seen) >= 2)
+    await asyncio.sleep(0.5)  # let any stray redelivery arrive before counting
+    assert await stored() == 30
+    assert await pool.fetchval("SELECT count(DISTINCT step) FROM metric_points") == 30
+    assert max(deliveries_seen) == 2  # redelivered once, then acked

@@ -9,23 +9,25 @@ and acked: a poison message never blocks its consumer.
 """
 
 import asyncio
+import contextlib
+import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
-from faststream import AckPolicy
-from faststream.nats import JStream, NatsBroker, PullSub
-from faststream.nats.annotations import NatsMessage
+from faststream.nats import NatsBroker
 from nats.aio.msg import Msg
-from nats.js.api import ConsumerConfig, StreamConfig
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
 from prometheus_client import Counter, Histogram
 
 from mldiag_platform.errors import MldiagError
 from mldiag_platform.settings import NatsSettings
-from mldiag_schemas.bus import DEADLETTER_PREFIX, Namespace, StreamSpec, stream_of
+from mldiag_schemas.bus import ALL_STREAMS, DEADLETTER_PREFIX, Namespace, StreamSpec, stream_of
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.messages import SUBJECT_OF, parse_message
 
@@ -51,11 +53,16 @@ MESSAGES_PUBLISHED = Counter(
 
 
 def create_broker(settings: NatsSettings, client_name: str) -> NatsBroker:
-    """The service's broker. faststream's own per-message log lines are off: we log events."""
+    """The service's broker.
+
+    faststream's per-message lines go out at DEBUG (we log our own events per batch), but
+    its warnings and errors, such as a consume loop failing, still reach the log.
+    """
     return NatsBroker(
         settings.url,
         name=client_name,
-        logger=None,
+        logger=logging.getLogger("faststream"),
+        log_level=logging.DEBUG,
         connect_timeout=5,
         max_reconnect_attempts=-1,
         graceful_timeout=10.0,
@@ -78,8 +85,8 @@ async def declare_streams(
 ) -> None:
     """Create or update the streams from their shared definitions (the one place they live).
 
-    The broker must be connected. Subscribers are registered with ``declare=False`` so that
-    faststream never merges or rewrites these definitions.
+    The broker must be connected. No faststream subscriber declares streams, so nothing
+    merges or rewrites these definitions.
     """
     js = broker.config.connection_state.stream
     for spec in specs:
@@ -176,7 +183,13 @@ class ConsumerSpec(Generic[M]):
 
 
 class Consumer(Generic[M]):
-    """Runs a batch handler with retry, backoff and dead-lettering around it."""
+    """Runs a batch handler with retry, backoff and dead-lettering around it.
+
+    The pull loop is our own, on the broker's nats-py connection, rather than faststream's
+    subscriber: faststream 0.7.8 catches ``nats.errors.TimeoutError`` while nats-py 2.16's
+    ``fetch`` can raise a plain ``asyncio.TimeoutError`` mid-batch, which kills faststream's
+    loop and strands the messages already fetched until ``ack_wait`` expires.
+    """
 
     def __init__(
         self,
@@ -193,30 +206,66 @@ class Consumer(Generic[M]):
         self._settings = settings
         self.durable = namespace.durable(spec.durable)
         self._log = log.bind(durable=self.durable)
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._subscription: JetStreamContext.PullSubscription | None = None
 
-    def subscribe(self, broker: NatsBroker) -> None:
-        """Register the durable pull subscriber on ``broker`` (before it starts)."""
-        config = ConsumerConfig(
+    def consumer_config(self) -> ConsumerConfig:
+        """The durable consumer's server-side configuration."""
+        return ConsumerConfig(
             durable_name=self.durable,
+            filter_subject=self._namespace.subject(self.spec.subject),
+            ack_policy=AckPolicy.EXPLICIT,
             ack_wait=self._settings.ack_wait_seconds,
             # Our own counter dead-letters at max_deliver; the server's limit is a backstop
             # for a message that kills the process before it can be settled.
             max_deliver=self._settings.max_deliver + 2,
             max_ack_pending=max(1000, self.spec.batch_size * 10),
         )
-        broker.subscriber(
-            self._namespace.subject(self.spec.subject),
-            stream=JStream(self._namespace.stream(self.spec.stream), declare=False),
-            durable=self.durable,
-            config=config,
-            pull_sub=PullSub(
-                batch_size=self.spec.batch_size, timeout=self.spec.max_wait_seconds, batch=True
-            ),
-            ack_policy=AckPolicy.MANUAL,
-        )(self._on_batch)
 
-    async def _on_batch(self, msg: NatsMessage) -> None:
-        raws: list[Msg] = msg.raw_message  # type: ignore[assignment]  # batch=True gives a list
+    async def start(self, broker: NatsBroker) -> None:
+        """Create (or update) the durable consumer and start pulling from it."""
+        js = broker.config.connection_state.stream
+        stream = self._namespace.stream(self.spec.stream)
+        try:
+            await js.add_consumer(stream, config=self.consumer_config())
+        except BadRequestError as exc:  # an existing consumer whose config cannot change
+            self._log.warning("bus.consumer.update_refused", error=str(exc))
+        self._subscription = await js.pull_subscribe_bind(self.durable, stream)
+        self._task = asyncio.create_task(self._pull(self._subscription), name=self.durable)
+
+    async def stop(self, grace_seconds: float = 10.0) -> None:
+        """Finish the batch in hand (up to ``grace_seconds``), then stop pulling."""
+        if self._task is None:
+            return
+        self._stopping.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), grace_seconds)
+        except TimeoutError:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._task = None
+        if self._subscription is not None:
+            # Otherwise the connection's drain waits its full timeout on this inbox.
+            await self._subscription.unsubscribe()
+            self._subscription = None
+
+    async def _pull(self, subscription: JetStreamContext.PullSubscription) -> None:
+        while not self._stopping.is_set():
+            try:
+                raws = await subscription.fetch(
+                    self.spec.batch_size, timeout=self.spec.max_wait_seconds
+                )
+            except TimeoutError:  # nothing to do (nats-py raises its own and asyncio's)
+                continue
+            except Exception as exc:  # noqa: BLE001  # reconnecting: keep pulling
+                self._log.warning("bus.fetch.failed", error=repr(exc))
+                await asyncio.sleep(1.0)
+                continue
+            await self._on_batch(raws)
+
+    async def _on_batch(self, raws: list[Msg]) -> None:
         started = time.perf_counter()
         pending: list[tuple[Msg, Delivery[M]]] = []
         for raw in raws:
@@ -227,7 +276,7 @@ class Consumer(Generic[M]):
             return
         try:
             await self._handler([delivery for _, delivery in pending])
-        except Exception as exc:  # the bus error boundary: settle each message
+        except Exception as exc:  # noqa: BLE001  # the bus error boundary: settle each message
             if len(pending) == 1:
                 await self._settle_failure(*pending[0], exc)
             else:
@@ -247,7 +296,7 @@ class Consumer(Generic[M]):
     async def _handle_one(self, raw: Msg, delivery: Delivery[M]) -> None:
         try:
             await self._handler([delivery])
-        except Exception as exc:  # the bus error boundary
+        except Exception as exc:  # noqa: BLE001  # the bus error boundary
             await self._settle_failure(raw, delivery, exc)
         else:
             await raw.ack()
@@ -302,3 +351,50 @@ class Consumer(Generic[M]):
         await raw.ack()
         MESSAGES_DEAD_LETTERED.labels(self.durable).inc()
         self._log.error("bus.message.dead_lettered", subject=raw.subject, reason=reason)
+
+
+@dataclass(frozen=True)
+class Bus:
+    """A service's connection to the bus: its broker, namespace, publisher and consumers."""
+
+    broker: NatsBroker
+    namespace: Namespace
+    publisher: Publisher
+    settings: NatsSettings
+    consumers: list[Consumer[Any]] = field(default_factory=list)
+
+    def consume(self, spec: ConsumerSpec[M], handler: BatchHandler[M]) -> None:
+        """Add a durable consumer running ``handler``; it pulls once :meth:`start` runs."""
+        self.consumers.append(
+            Consumer(spec, handler, self.publisher, self.namespace, self.settings)
+        )
+
+    async def start(self) -> None:
+        """Start every consumer."""
+        for consumer in self.consumers:
+            await consumer.start(self.broker)
+
+    async def stop_consumers(self) -> None:
+        """Let every consumer finish the batch in hand, then stop pulling."""
+        await asyncio.gather(*(consumer.stop() for consumer in self.consumers))
+
+    async def healthy(self) -> bool:
+        """Health check: the connection answers a ping within a second."""
+        return await self.broker.ping(timeout=1.0)
+
+
+@asynccontextmanager
+async def connect_bus(settings: NatsSettings, client_name: str) -> AsyncIterator[Bus]:
+    """Connect, declare every stream, and drain the connection on exit."""
+    namespace = Namespace(settings.namespace)
+    broker = create_broker(settings, client_name)
+    await broker.connect()
+    try:
+        await declare_streams(broker, namespace, ALL_STREAMS)
+        bus = Bus(broker, namespace, Publisher(broker, namespace, settings), settings)
+        try:
+            yield bus
+        finally:
+            await bus.stop_consumers()
+    finally:
+        await broker.stop()

@@ -9,6 +9,8 @@ concurrent replicas starting at once.
 
 import re
 import zlib
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib.resources import files
 from importlib.resources.abc import Traversable
@@ -69,7 +71,7 @@ async def create_pool(settings: DatabaseSettings, schema: str) -> asyncpg.Pool:
     return pool
 
 
-async def apply_migrations(pool: asyncpg.Pool, schema: str, migrations: list[Migration]) -> int:
+async def apply_migrations(pool: asyncpg.Pool, schema: str, migrations: Sequence[Migration]) -> int:
     """Apply the migrations not applied yet, each in its own transaction; return the count."""
     check_schema_name(schema)
     applied = 0
@@ -117,3 +119,16 @@ async def apply_migrations(pool: asyncpg.Pool, schema: str, migrations: list[Mig
 async def database_ok(pool: asyncpg.Pool) -> bool:
     """Health check: the pool can run a query within a second."""
     return bool(await pool.fetchval("SELECT true", timeout=1.0))
+
+
+@asynccontextmanager
+async def open_database(
+    settings: DatabaseSettings, schema: str, migrations: Sequence[Migration]
+) -> AsyncIterator[asyncpg.Pool]:
+    """A pool on ``schema`` with ``migrations`` applied; closed on exit."""
+    pool = await create_pool(settings, schema)
+    try:
+        await apply_migrations(pool, schema, migrations)
+        yield pool
+    finally:
+        await pool.close()

@@ -87,7 +87,7 @@ class Outbox:
             await asyncio.sleep(interval_seconds)
             try:
                 count = await self.flush()
-            except Exception as exc:  # keep sweeping through outages
+            except Exception as exc:  # noqa: BLE001  # keep sweeping through outages
                 log.warning("outbox.sweep.failed", error=repr(exc))
             else:
                 if count:

@@ -8,9 +8,8 @@ from fastapi import FastAPI
 from mldiag_ingestion import handlers
 from mldiag_ingestion.service import IngestionService
 from mldiag_ingestion.settings import IngestionSettings
-from mldiag_platform.bus import Publisher, create_broker, declare_streams
+from mldiag_platform.bus import connect_bus
 from mldiag_platform.http import HealthCheck, create_http_app
-from mldiag_schemas.bus import ALL_STREAMS, Namespace
 
 SERVICE = "ingestion"
 
@@ -22,19 +21,13 @@ def create_app(settings: IngestionSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        namespace = Namespace(settings.nats.namespace)
-        broker = create_broker(settings.nats, SERVICE)
-        await broker.connect()
-        await declare_streams(broker, namespace, ALL_STREAMS)
-        await broker.start()
-        publisher = Publisher(broker, namespace, settings.nats)
-        app.state.service = IngestionService(publisher, settings.max_points_per_request)
-        checks["nats"] = lambda: broker.ping(timeout=1.0)
-        try:
-            yield
-        finally:
-            checks.clear()
-            await broker.stop()
+        async with connect_bus(settings.nats, SERVICE) as bus:
+            app.state.service = IngestionService(bus.publisher, settings.max_points_per_request)
+            checks["nats"] = bus.healthy
+            try:
+                yield
+            finally:
+                checks.clear()
 
     app = create_http_app(SERVICE, lifespan, checks)
     app.state.settings = settings

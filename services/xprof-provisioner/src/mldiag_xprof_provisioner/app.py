@@ -6,10 +6,9 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from mldiag_platform.bus import Publisher, create_broker, declare_streams
+from mldiag_platform.bus import connect_bus
 from mldiag_platform.http import HealthCheck, create_http_app
 from mldiag_platform.storage import open_store
-from mldiag_schemas.bus import ALL_STREAMS, Namespace
 from mldiag_xprof_provisioner import handlers
 from mldiag_xprof_provisioner.process import SubprocessLauncher
 from mldiag_xprof_provisioner.service import XProfProvisioner
@@ -25,28 +24,22 @@ def create_app(settings: XProfProvisionerSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        namespace = Namespace(settings.nats.namespace)
-        broker = create_broker(settings.nats, SERVICE)
-        await broker.connect()
-        await declare_streams(broker, namespace, ALL_STREAMS)
-        await broker.start()
-        publisher = Publisher(broker, namespace, settings.nats)
-        service = XProfProvisioner(
-            settings, open_store(settings.storage.url), publisher, SubprocessLauncher()
-        )
-        await service.remove_stale_copies()
-        reaper = asyncio.create_task(service.run_reaper(), name="xprof-reaper")
-        app.state.service = service
-        checks["nats"] = lambda: broker.ping(timeout=1.0)
-        try:
-            yield
-        finally:
-            checks.clear()
-            reaper.cancel()
-            await asyncio.wait({reaper})
-            # Before the broker goes: the STOPPED announcements still need it.
-            await service.close()
-            await broker.stop()
+        async with connect_bus(settings.nats, SERVICE) as bus:
+            service = XProfProvisioner(
+                settings, open_store(settings.storage.url), bus.publisher, SubprocessLauncher()
+            )
+            await service.remove_stale_copies()
+            reaper = asyncio.create_task(service.run_reaper(), name="xprof-reaper")
+            app.state.service = service
+            checks["nats"] = bus.healthy
+            try:
+                yield
+            finally:
+                checks.clear()
+                reaper.cancel()
+                await asyncio.wait({reaper})
+                # Inside the bus context: the STOPPED announcements still need the broker.
+                await service.close()
 
     app = create_http_app(SERVICE, lifespan, checks)
     app.state.settings = settings

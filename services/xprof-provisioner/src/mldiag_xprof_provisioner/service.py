@@ -363,7 +363,7 @@ class XProfProvisioner:
                 )
             )
             await self._wait_ready(record, record.process)
-        except Exception as exc:  # whatever went wrong is the instance's FAILED reason
+        except Exception as exc:  # noqa: BLE001  # whatever went wrong is the instance's FAILED reason
             reason = exc.message if isinstance(exc, MldiagError) else f"{type(exc).__name__}: {exc}"
             record.log.warning("xprof.instance.start_failed", error=reason)
             await self._teardown(record, XProfInstanceState.FAILED, reason)
@@ -485,7 +485,7 @@ class XProfProvisioner:
         message = XProfInstanceChanged(instance=record.snapshot(), occurred_at=self._clock())
         try:
             await self._publisher.publish_many([message])
-        except Exception as exc:  # the in-memory state is the truth; the message is news
+        except Exception as exc:  # noqa: BLE001  # the in-memory state is the truth; the message is news
             record.log.warning(
                 "xprof.instance.announce_failed", state=record.state.value, error=repr(exc)
             )
