@@ -11,9 +11,11 @@ from mldiag_platform.bus import Bus, Delivery, connect_bus
 from mldiag_platform.database import apply_migrations, create_pool, load_migrations
 from mldiag_platform.outbox import Outbox, outbox_migrations
 from mldiag_platform.settings import DatabaseSettings, NatsSettings
-from mldiag_run_registry.handlers import BusHandlers, metrics_consumer
-from mldiag_run_registry.repository import RunRepository
-from mldiag_run_registry.service import RegistryService
+from mldiag_run_registry.metrics.handlers import MetricsBusHandler, metrics_consumer
+from mldiag_run_registry.metrics.repository import MetricsRepository
+from mldiag_run_registry.metrics.service import MetricsService
+from mldiag_run_registry.runs.repository import RunRepository
+from mldiag_run_registry.runs.service import RunService
 from mldiag_schemas.telemetry import MetricPoint, MetricPointsReceived
 from support import wait_until
 
@@ -41,7 +43,8 @@ async def test_a_batch_redelivered_after_a_failure_is_stored_exactly_once(
 async def _check_stored_once(bus: Bus, pool: asyncpg.Pool, db_schema: str, fail: str) -> None:
     publisher = bus.publisher
     outbox = Outbox(pool, publisher)
-    real = BusHandlers(RegistryService(RunRepository(pool, outbox, db_schema), outbox))
+    runs = RunService(RunRepository(pool, outbox), outbox)
+    real = MetricsBusHandler(MetricsService(MetricsRepository(pool, db_schema), runs))
     deliveries_seen: list[int] = []
 
     async def fails_once(deliveries: list[Delivery[MetricPointsReceived]]) -> None:

@@ -9,9 +9,15 @@ from mldiag_platform.bus import connect_bus
 from mldiag_platform.database import database_ok, load_migrations, open_database
 from mldiag_platform.http import HealthCheck, create_http_app
 from mldiag_platform.outbox import Outbox, outbox_migrations, running_sweeper
-from mldiag_run_registry import handlers
-from mldiag_run_registry.repository import RunRepository
-from mldiag_run_registry.service import RegistryService
+from mldiag_run_registry.events import handlers as events_handlers
+from mldiag_run_registry.events.repository import EventsRepository
+from mldiag_run_registry.events.service import EventsService
+from mldiag_run_registry.metrics import handlers as metrics_handlers
+from mldiag_run_registry.metrics.repository import MetricsRepository
+from mldiag_run_registry.metrics.service import MetricsService
+from mldiag_run_registry.runs import handlers as runs_handlers
+from mldiag_run_registry.runs.repository import RunRepository
+from mldiag_run_registry.runs.service import RunService
 from mldiag_run_registry.settings import RunRegistrySettings
 
 SERVICE = "run-registry"
@@ -34,22 +40,27 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             )
             bus = await stack.enter_async_context(connect_bus(settings.nats, SERVICE))
             outbox = Outbox(pool, bus.publisher)
-            service = RegistryService(RunRepository(pool, outbox, settings.db_schema), outbox)
-            bus_handlers = handlers.BusHandlers(service)
+            runs = RunService(RunRepository(pool, outbox), outbox)
+            metrics = MetricsService(MetricsRepository(pool, settings.db_schema), runs)
+            events = EventsService(EventsRepository(pool), runs)
+
             bus.consume(
-                handlers.metrics_consumer(settings.metrics_batch_size), bus_handlers.on_metrics
+                metrics_handlers.metrics_consumer(settings.metrics_batch_size),
+                metrics_handlers.MetricsBusHandler(metrics).on_metrics,
             )
-            bus.consume(handlers.EVENTS_CONSUMER, bus_handlers.on_events)
-            bus.consume(handlers.ANALYSES_CONSUMER, bus_handlers.on_analyses)
+            events_bus = events_handlers.EventsBusHandler(events)
+            bus.consume(events_handlers.EVENTS_CONSUMER, events_bus.on_events)
+            bus.consume(events_handlers.ANALYSES_CONSUMER, events_bus.on_analyses)
             await bus.start()
             await outbox.flush()  # whatever a crash left staged
             await stack.enter_async_context(running_sweeper(outbox))
 
-            app.state.service = service
+            app.state.runs, app.state.metrics, app.state.events = runs, metrics, events
             checks.update(nats=bus.healthy, database=lambda: database_ok(pool))
             stack.callback(checks.clear)
             yield
 
     app = create_http_app(SERVICE, lifespan, checks)
-    app.include_router(handlers.router)
+    for router in (runs_handlers.router, metrics_handlers.router, events_handlers.router):
+        app.include_router(router)
     return app

@@ -1,18 +1,6 @@
-"""run-registry's errors."""
+"""run-registry's errors shared by its parts (each part adds its own in its errors.py)."""
 
-from mldiag_platform.errors import AlreadyExists, InvalidArgument, NotFound
-
-
-class RunNotFound(NotFound):
-    """No run with that name."""
-
-    code = "run_not_found"
-
-
-class RunAlreadyExists(AlreadyExists):
-    """A run with that id exists already."""
-
-    code = "run_already_exists"
+from mldiag_platform.errors import InvalidArgument
 
 
 class InvalidPageToken(InvalidArgument):

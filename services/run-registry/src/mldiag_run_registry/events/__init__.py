@@ -1,0 +1,1 @@
+"""Workload events and their analyses, as read models for the API."""

@@ -1,0 +1,1 @@
+"""Metric points recorded against runs: storage from the bus and the query API."""

@@ -1,0 +1,1 @@
+"""Runs: the run resource, its lifecycle and the facts published about it."""
