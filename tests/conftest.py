@@ -16,6 +16,7 @@ import asyncpg
 import nats
 import pytest
 
+from mldiag_platform.bus import Publisher, connect_bus
 from mldiag_platform.settings import DatabaseSettings, NatsSettings
 from support import free_port, world_readable_tempdir
 
@@ -138,3 +139,10 @@ def nats_settings(nats_url: str, namespace: str) -> NatsSettings:
     return NatsSettings(
         url=nats_url, namespace=namespace, max_deliver=3, retry_backoff_seconds=0.05
     )
+
+
+@pytest.fixture
+async def publisher(nats_settings: NatsSettings) -> AsyncIterator[Publisher]:
+    """A publisher on this test's namespace, its streams declared."""
+    async with connect_bus(nats_settings, "test-publisher") as bus:
+        yield bus.publisher

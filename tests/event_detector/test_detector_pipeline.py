@@ -2,7 +2,6 @@
 
 import math
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import asyncpg
@@ -10,9 +9,9 @@ import pytest
 
 from mldiag_event_detector.app import create_app
 from mldiag_event_detector.settings import EventDetectorSettings
-from mldiag_platform.bus import Publisher, create_broker, declare_streams
+from mldiag_platform.bus import Publisher
 from mldiag_platform.settings import DatabaseSettings, NatsSettings
-from mldiag_schemas.bus import ALL_STREAMS, WORKLOAD_EVENT_OPENED, Namespace
+from mldiag_schemas.bus import WORKLOAD_EVENT_OPENED
 from mldiag_schemas.events import WorkloadEventOpened
 from mldiag_schemas.telemetry import MetricPoint, MetricPointsReceived
 from support import read_messages, serving, wait_until
@@ -20,16 +19,6 @@ from support import read_messages, serving, wait_until
 pytestmark = pytest.mark.connected
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-@pytest.fixture
-async def publisher(nats_settings: NatsSettings) -> AsyncIterator[Publisher]:
-    broker = create_broker(nats_settings, "test-publisher")
-    await broker.connect()
-    namespace = Namespace(nats_settings.namespace)
-    await declare_streams(broker, namespace, ALL_STREAMS)
-    yield Publisher(broker, namespace, nats_settings)
-    await broker.stop()
 
 
 async def _opened_events(settings: NatsSettings) -> list[WorkloadEventOpened]:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from mldiag_event_detector.service import WatchState, apply_non_finite_rule
 from mldiag_schemas.events import EventType
-from mldiag_schemas.telemetry import MetricPoint, MetricPointsReceived
+from mldiag_schemas.telemetry import MetricColumns, MetricPoint, MetricPointsReceived
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -79,3 +79,29 @@ def test_no_good_value_before_the_first_bad_one() -> None:
     [opened] = apply_non_finite_rule({}, [_message("r", ("loss", 0, math.nan))]).opened
     assert opened.event.evidence.last_good_step is None
     assert opened.event.evidence.last_good_value is None
+
+
+def test_columnar_messages_per_device_series_share_the_metrics_state() -> None:
+    message = MetricPointsReceived(
+        run_id="r",
+        batch_id=uuid.uuid4(),
+        chunk=0,
+        occurred_at=NOW,
+        series=[
+            MetricColumns(name="loss", host="h0", process_index=0, steps=[5, 4], values=[1.0, 2.0]),
+            MetricColumns(name="loss", host="h0", process_index=1, steps=[3], values=[0.5]),
+        ],
+    )
+    outcome = apply_non_finite_rule({}, [message])
+    assert outcome.opened == []
+    assert outcome.states[("r", "loss")] == WatchState(last_good_step=5, last_good_value=1.0)
+
+    bad = message.model_copy(
+        update={
+            "event_id": uuid.uuid4(),
+            "series": [MetricColumns(name="loss", host="h1", steps=[6, 7], values=[3.0, math.inf])],
+        }
+    )
+    [opened] = apply_non_finite_rule(outcome.states, [bad]).opened
+    assert opened.event.evidence.last_good_step == 6
+    assert opened.event.hosts == ["h1"]

@@ -29,6 +29,11 @@ async def api(nats_settings: NatsSettings) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
+def _series(**fields: object) -> bytes:
+    series = {"name": "loss", "steps": [1], "values": [1.0], **fields}
+    return json.dumps({"series": [series]}).encode()
+
+
 async def _stored(settings: NatsSettings) -> list[MetricPointsReceived]:
     return await read_messages(settings, METRICS_RECEIVED, MetricPointsReceived)
 
@@ -84,7 +89,7 @@ async def test_a_retried_batch_is_stored_once(
             json.dumps({"series": [{"name": "bad name!", "steps": [], "values": []}]}).encode(),
             {},
             400,
-            "invalid_batch",
+            "invalid_metric_name",
         ),
         (
             "/v1/machineLearningRuns/BAD.ID/metrics:write",
@@ -112,6 +117,30 @@ async def test_a_retried_batch_is_stored_once(
         ),
         (WRITE, b"not gzip", {"Content-Encoding": "gzip"}, 400, "invalid_batch"),
         (WRITE, b"{}", {"Content-Encoding": "br"}, 400, "unsupported_encoding"),
+        (WRITE, _series(name="x" * 201), {}, 400, "invalid_metric_name"),
+        (WRITE, _series(name="1loss"), {}, 400, "invalid_metric_name"),
+        (WRITE, _series(labels={f"k{i}": "v" for i in range(9)}), {}, 400, "invalid_labels"),
+        (WRITE, _series(labels={"bad key": "v"}), {}, 400, "invalid_labels"),
+        (WRITE, _series(labels={"k": "v" * 129}), {}, 400, "invalid_labels"),
+        (WRITE, _series(labels={"k": 1}), {}, 400, "invalid_labels"),
+        (WRITE, _series(times=["2099-01-01T00:00:00Z"]), {}, 400, "timestamp_in_future"),
+        (WRITE, _series(steps=["one"]), {}, 400, "invalid_batch"),
+        (WRITE, _series(values=[{"v": 1}]), {}, 400, "invalid_batch"),
+        (WRITE, _series(processIndex=-1), {}, 400, "invalid_batch"),
+        (
+            WRITE,
+            json.dumps(
+                {
+                    "series": [
+                        {"name": "loss", "steps": [1], "values": [1.0], "labels": {"d": str(i)}}
+                        for i in range(300)
+                    ]
+                }
+            ).encode(),
+            {},
+            400,
+            "too_many_label_values",
+        ),
     ],
 )
 async def test_bad_input_gets_a_stable_code_and_publishes_nothing(
@@ -128,3 +157,32 @@ async def test_bad_input_gets_a_stable_code_and_publishes_nothing(
     assert response.json()["error"]["code"] == code
     assert response.json()["error"]["message"]
     assert await _stored(nats_settings) == []
+
+
+async def test_a_rejected_request_leaves_earlier_writes_alone(
+    api: httpx.AsyncClient, nats_settings: NatsSettings
+) -> None:
+    good = {
+        "series": [
+            {
+                "name": "loss",
+                "steps": [1, 2],
+                "values": [1.0, 2.0],
+                "processIndex": 1,
+                "labels": {"device": "1"},
+            }
+        ]
+    }
+    assert (await api.post(WRITE, json=good)).status_code == 202
+    bad = {
+        "series": [
+            *good["series"],
+            {"name": "loss", "steps": [3], "values": [1.0], "times": ["2099-01-01T00:00:00Z"]},
+        ]
+    }
+    assert (await api.post(WRITE, json=bad)).json()["error"]["code"] == "timestamp_in_future"
+    [message] = await _stored(nats_settings)
+    assert [(p.step, p.process_index, p.labels) for p in message.points] == [
+        (1, 1, {"device": "1"}),
+        (2, 1, {"device": "1"}),
+    ]

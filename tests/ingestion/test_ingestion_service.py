@@ -2,11 +2,16 @@
 
 import math
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from mldiag_ingestion.errors import InvalidRunId, TooManyPoints
+from mldiag_ingestion.errors import (
+    InvalidRunId,
+    TimestampInFuture,
+    TooManyLabelValues,
+    TooManyPoints,
+)
 from mldiag_ingestion.service import IngestionService
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.telemetry import (
@@ -80,3 +85,82 @@ async def test_invalid_run_id_is_refused_before_publishing() -> None:
     with pytest.raises(InvalidRunId):
         await IngestionService(recorder, 10).write_metrics("Not.Valid", _request(1), NOW)
     assert recorder.published == []
+
+
+async def test_series_keep_host_process_and_labels_and_are_sliced_across_chunks() -> None:
+    recorder = _Recorder()
+    size = MAX_POINTS_PER_MESSAGE
+    request = WriteMetricsRequest(
+        series=[
+            MetricSeries(
+                name="loss",
+                steps=list(range(size - 2)),
+                values=[1.0] * (size - 2),
+                host="h1",
+                process_index=3,
+                labels={"device": "3"},
+            ),
+            MetricSeries(
+                name="grad_norm",
+                steps=list(range(5)),
+                values=[2.0] * 5,
+                times=[NOW - timedelta(seconds=5 - i) for i in range(5)],
+            ),
+        ]
+    )
+    await IngestionService(recorder, 100_000).write_metrics("run-1", request, NOW)
+    chunks = [m for m in recorder.published if isinstance(m, MetricPointsReceived)]
+    assert [c.point_count() for c in chunks] == [size, 3]
+    first, second = chunks
+    assert [(s.name, len(s.steps)) for s in first.series] == [("loss", size - 2), ("grad_norm", 2)]
+    assert (first.series[0].process_index, first.series[0].labels) == (3, {"device": "3"})
+    assert second.series[0].steps == [2, 3, 4]
+    assert [p.time for p in second.points] == [NOW - timedelta(seconds=3 - i) for i in range(3)]
+
+
+async def test_timestamps_far_in_the_future_are_refused() -> None:
+    recorder = _Recorder()
+    request = WriteMetricsRequest(
+        series=[
+            MetricSeries(
+                name="loss",
+                steps=[1, 2],
+                values=[1.0, 1.0],
+                times=[NOW, NOW + timedelta(days=1, seconds=1)],
+            )
+        ]
+    )
+    with pytest.raises(TimestampInFuture, match="point 1"):
+        await IngestionService(recorder, 100).write_metrics("run-1", request, NOW)
+    ok = WriteMetricsRequest(
+        series=[
+            MetricSeries(name="loss", steps=[1], values=[1.0], times=[NOW + timedelta(hours=23)])
+        ]
+    )
+    await IngestionService(recorder, 100).write_metrics("run-1", ok, NOW)
+    assert len(recorder.published) == 1
+
+
+async def test_too_many_label_sets_for_one_metric_is_refused() -> None:
+    recorder = _Recorder()
+    request = WriteMetricsRequest(
+        series=[
+            MetricSeries(name="loss", steps=[1], values=[1.0], labels={"device": str(device)})
+            for device in range(3)
+        ]
+    )
+    with pytest.raises(TooManyLabelValues):
+        await IngestionService(recorder, 100, max_label_sets_per_metric=2).write_metrics(
+            "run-1", request, NOW
+        )
+    assert recorder.published == []
+    # the same label set twice is one series
+    again = WriteMetricsRequest(
+        series=[
+            MetricSeries(name="loss", steps=[i], values=[1.0], labels={"d": "0"}) for i in range(3)
+        ]
+    )
+    await IngestionService(recorder, 100, max_label_sets_per_metric=1).write_metrics(
+        "run-1", again, NOW
+    )
+    assert len(recorder.published) == 1

@@ -32,6 +32,7 @@ async def test_a_batch_redelivered_after_a_failure_is_stored_exactly_once(
     migrations = [
         *outbox_migrations(),
         *load_migrations("run-registry", "mldiag_run_registry.migrations"),
+        *load_migrations("run-registry-metrics", "mldiag_run_registry.metrics.migrations"),
     ]
     await apply_migrations(pool, db_schema, migrations)
     async with connect_bus(nats_settings, "test") as bus:

@@ -2,17 +2,12 @@
 
 import math
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import httpx
 import pytest
 
-from mldiag_platform.bus import Publisher, create_broker, declare_streams
-from mldiag_platform.settings import DatabaseSettings, NatsSettings
-from mldiag_run_registry.app import create_app
-from mldiag_run_registry.settings import RunRegistrySettings
-from mldiag_schemas.bus import ALL_STREAMS, Namespace
+from mldiag_platform.bus import Publisher
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.events import (
     EventState,
@@ -23,33 +18,12 @@ from mldiag_schemas.events import (
     WorkloadEventOpened,
 )
 from mldiag_schemas.telemetry import MetricPoint, MetricPointsReceived
-from support import serving, wait_until
+from support import wait_until
 
 pytestmark = pytest.mark.connected
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 RUNS = "/v1/machineLearningRuns"
-
-
-@pytest.fixture
-async def api(
-    nats_settings: NatsSettings, database_settings: DatabaseSettings, db_schema: str
-) -> AsyncIterator[httpx.AsyncClient]:
-    settings = RunRegistrySettings(
-        nats=nats_settings, database=database_settings, db_schema=db_schema
-    )
-    async with serving(create_app(settings)) as client:
-        yield client
-
-
-@pytest.fixture
-async def publish(nats_settings: NatsSettings) -> AsyncIterator[Publisher]:
-    broker = create_broker(nats_settings, "test-publisher")
-    await broker.connect()
-    namespace = Namespace(nats_settings.namespace)
-    await declare_streams(broker, namespace, ALL_STREAMS)
-    yield Publisher(broker, namespace, nats_settings)
-    await broker.stop()
 
 
 async def test_health_reports_both_connections(api: httpx.AsyncClient) -> None:
@@ -64,8 +38,10 @@ async def test_create_get_and_list_runs_with_paging(api: httpx.AsyncClient) -> N
         response = await api.post(
             RUNS, json={"displayName": f"run {index}", "labels": {"i": str(index)}}
         )
-        assert response.status_code == 201, response.text
-        created.append(response.json())
+        assert response.status_code == 200, response.text
+        operation = response.json()
+        assert operation["done"] is True and operation["metadata"]["verb"] == "create"
+        created.append(operation["response"])
     first = created[0]
     assert first["state"] == "STATE_ACTIVE"
     assert first["name"] == f"projects/default/locations/local/machineLearningRuns/{first['runId']}"
@@ -93,7 +69,7 @@ async def test_projects_scope_runs(api: httpx.AsyncClient) -> None:
     response = await api.post(
         "/v1/projects/p1/locations/l1/machineLearningRuns", json={"displayName": "scoped"}
     )
-    run_id = response.json()["runId"]
+    run_id = response.json()["response"]["runId"]
     assert (
         await api.get(f"/v1/projects/p1/locations/l1/machineLearningRuns/{run_id}")
     ).status_code == 200
@@ -102,7 +78,7 @@ async def test_projects_scope_runs(api: httpx.AsyncClient) -> None:
 
 async def test_user_mistakes_get_clear_4xx_codes(api: httpx.AsyncClient) -> None:
     run_id = f"r-{uuid.uuid4().hex[:8]}"
-    assert (await api.post(RUNS, json={"runId": run_id, "displayName": "x"})).status_code == 201
+    assert (await api.post(RUNS, json={"runId": run_id, "displayName": "x"})).status_code == 200
 
     duplicate = await api.post(RUNS, json={"runId": run_id, "displayName": "x"})
     assert (duplicate.status_code, duplicate.json()["error"]["code"]) == (409, "run_already_exists")
@@ -125,9 +101,9 @@ async def test_user_mistakes_get_clear_4xx_codes(api: httpx.AsyncClient) -> None
 
 
 async def test_points_from_the_bus_are_served_back_with_nan_kept(
-    api: httpx.AsyncClient, publish: Publisher
+    api: httpx.AsyncClient, publisher: Publisher
 ) -> None:
-    run_id = (await api.post(RUNS, json={"displayName": "metrics"})).json()["runId"]
+    run_id = (await api.post(RUNS, json={"displayName": "metrics"})).json()["response"]["runId"]
     values = [0.5, 0.25, math.nan, math.inf, -math.inf]
     message = MetricPointsReceived(
         run_id=run_id,
@@ -138,7 +114,7 @@ async def test_points_from_the_bus_are_served_back_with_nan_kept(
             for step, value in enumerate(values)
         ],
     )
-    await publish.publish(message)
+    await publisher.publish(message)
 
     async def series() -> dict[str, object]:
         response = await api.get(f"{RUNS}/{run_id}/metrics/loss", params={"pageSize": 2})
@@ -165,9 +141,9 @@ async def test_points_from_the_bus_are_served_back_with_nan_kept(
 
 
 async def test_events_are_stored_once_and_served(
-    api: httpx.AsyncClient, publish: Publisher
+    api: httpx.AsyncClient, publisher: Publisher
 ) -> None:
-    run_id = (await api.post(RUNS, json={"displayName": "events"})).json()["runId"]
+    run_id = (await api.post(RUNS, json={"displayName": "events"})).json()["response"]["runId"]
     event = WorkloadEvent(
         event_id=uuid.uuid4(),
         run_id=run_id,
@@ -181,7 +157,7 @@ async def test_events_are_stored_once_and_served(
     )
     # two messages with different envelope ids carry the same event: stored once
     messages: list[Envelope] = [WorkloadEventOpened(event=event), WorkloadEventOpened(event=event)]
-    await publish.publish_many(messages)
+    await publisher.publish_many(messages)
 
     async def events() -> list[dict[str, object]]:
         found: list[dict[str, object]] = (await api.get(f"{RUNS}/{run_id}/events")).json()["events"]

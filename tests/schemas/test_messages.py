@@ -41,7 +41,7 @@ def test_non_finite_values_survive_the_wire() -> None:
 
 def test_wire_names_are_camel_case() -> None:
     raw = _points(1.0).model_dump_json()
-    assert '"eventId"' in raw and '"runId"' in raw and '"schemaVersion":1' in raw
+    assert '"eventId"' in raw and '"runId"' in raw and '"schemaVersion":2' in raw
 
 
 def test_parse_rejects_unknown_types_and_garbage() -> None:

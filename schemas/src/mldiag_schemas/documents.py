@@ -15,9 +15,20 @@ from mldiag_schemas.analyses import ListAnalysesResponse
 from mldiag_schemas.errors import ErrorBody
 from mldiag_schemas.events import ListEventsResponse
 from mldiag_schemas.messages import MESSAGE_TYPES, SUBJECT_OF
+from mldiag_schemas.operations import ListOperationsResponse, Operation, WaitOperationRequest
 from mldiag_schemas.profiling import ListXProfInstancesResponse, StartXProfRequest, XProfInstance
-from mldiag_schemas.runs import CreateRunRequest, ListRunsResponse, Run
+from mldiag_schemas.runs import (
+    CreateRunRequest,
+    ListRunsResponse,
+    Run,
+    SelfHostedRun,
+    SelfHostedRunRequest,
+    UpdateRunRequest,
+)
 from mldiag_schemas.telemetry import (
+    CompareMetricsResponse,
+    DownsampleMetricResponse,
+    LatestMetricsResponse,
     ListMetricsResponse,
     ReadMetricSeriesResponse,
     WriteMetricsRequest,
@@ -28,10 +39,19 @@ RESOURCE_TYPES: tuple[type[BaseModel], ...] = (
     CreateRunRequest,
     Run,
     ListRunsResponse,
+    UpdateRunRequest,
+    SelfHostedRunRequest,
+    SelfHostedRun,
+    Operation,
+    ListOperationsResponse,
+    WaitOperationRequest,
     WriteMetricsRequest,
     WriteMetricsResponse,
     ReadMetricSeriesResponse,
     ListMetricsResponse,
+    DownsampleMetricResponse,
+    LatestMetricsResponse,
+    CompareMetricsResponse,
     ListEventsResponse,
     ListAnalysesResponse,
     StartXProfRequest,

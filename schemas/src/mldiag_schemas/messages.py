@@ -10,12 +10,16 @@ from mldiag_schemas.analyses import AnalysisCompleted
 from mldiag_schemas.envelope import Envelope, upcast
 from mldiag_schemas.events import WorkloadEventOpened
 from mldiag_schemas.profiling import XProfInstanceChanged
-from mldiag_schemas.runs import RunCreated
-from mldiag_schemas.telemetry import MetricPointsReceived
+from mldiag_schemas.runs import RunCreated, RunDeleted, RunPhaseChanged, RunUpdated
+from mldiag_schemas.telemetry import IngestMetrics, MetricPointsReceived
 
 BusMessage = Annotated[
     MetricPointsReceived
+    | IngestMetrics
     | RunCreated
+    | RunUpdated
+    | RunPhaseChanged
+    | RunDeleted
     | WorkloadEventOpened
     | AnalysisCompleted
     | XProfInstanceChanged,
@@ -25,7 +29,11 @@ BusMessage = Annotated[
 
 MESSAGE_TYPES: tuple[type[Envelope], ...] = (
     MetricPointsReceived,
+    IngestMetrics,
     RunCreated,
+    RunUpdated,
+    RunPhaseChanged,
+    RunDeleted,
     WorkloadEventOpened,
     AnalysisCompleted,
     XProfInstanceChanged,
@@ -34,7 +42,11 @@ MESSAGE_TYPES: tuple[type[Envelope], ...] = (
 
 SUBJECT_OF: dict[type[Envelope], str] = {
     MetricPointsReceived: bus.METRICS_RECEIVED,
+    IngestMetrics: bus.METRICS_INGEST,
     RunCreated: bus.RUN_CREATED,
+    RunUpdated: bus.RUN_UPDATED,
+    RunPhaseChanged: bus.RUN_PHASE_CHANGED,
+    RunDeleted: bus.RUN_DELETED,
     WorkloadEventOpened: bus.WORKLOAD_EVENT_OPENED,
     AnalysisCompleted: bus.ANALYSIS_COMPLETED,
     XProfInstanceChanged: bus.XPROF_INSTANCE_CHANGED,

@@ -1,14 +1,25 @@
-"""Metric points: the HTTP write contract and the bus message that carries them."""
+"""Metric points: the HTTP write contract, the bus message that carries them, and the
+query answers (raw pages, downsampled buckets, latest values, comparisons).
+
+Limits (see ``docs/metrics.md`` for where each is enforced): metric names match
+:data:`METRIC_NAME_PATTERN`; a series carries at most :data:`MAX_LABELS` labels with bounded
+keys and values; one request may hold at most :data:`MAX_LABEL_SETS_PER_METRIC` distinct
+label sets (host, process index, labels) per metric, and the registry keeps at most that
+many series per (run, metric).
+"""
 
 import math
+import re
 import uuid
-from datetime import datetime
-from typing import Literal, Self
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from mldiag_schemas.base import Contract
-from mldiag_schemas.envelope import Envelope
+from mldiag_schemas.envelope import Envelope, upcaster
 from mldiag_schemas.ids import RunId
 
 MAX_POINTS_PER_REQUEST = 100_000
@@ -20,9 +31,67 @@ MAX_POINTS_PER_MESSAGE = 5_000
 METRIC_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_./:-]{0,199}$"
 """Metric names: an identifier-like token, at most 200 characters."""
 
+MAX_LABELS = 8
+"""Most labels on one series."""
+
+LABEL_KEY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"
+"""Label keys: an identifier-like token, at most 64 characters."""
+
+MAX_LABEL_VALUE_LENGTH = 128
+"""Longest label value."""
+
+MAX_HOST_LENGTH = 253
+"""Longest host name (a DNS name)."""
+
+MAX_PROCESS_INDEX = 1_000_000
+"""Largest process index (rank) accepted."""
+
+MAX_LABEL_SETS_PER_METRIC = 256
+"""Most distinct (host, process index, labels) series of one metric: per request in
+ingestion, per run in the registry."""
+
+MAX_FUTURE_SKEW = timedelta(days=1)
+"""How far past the time of receipt a point's timestamp may lie (clock skew allowance)."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_LABEL_KEY = re.compile(LABEL_KEY_PATTERN)
+
+
+def to_unix_micros(when: datetime) -> int:
+    """Microseconds since the Unix epoch of an aware (or UTC-naive) datetime."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - _EPOCH) // timedelta(microseconds=1)
+
+
+def from_unix_micros(micros: int) -> datetime:
+    """The UTC datetime of a microsecond Unix timestamp."""
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+def _check_labels(labels: dict[str, str]) -> dict[str, str]:
+    if len(labels) > MAX_LABELS:
+        raise PydanticCustomError(
+            "too_many_labels", "at most {limit} labels per series", {"limit": MAX_LABELS}
+        )
+    for key, value in labels.items():
+        if not _LABEL_KEY.match(key):
+            raise PydanticCustomError(
+                "invalid_label",
+                "label key {key!r} must match {pattern}",
+                {"key": key[:80], "pattern": LABEL_KEY_PATTERN},
+            )
+        if len(value) > MAX_LABEL_VALUE_LENGTH:
+            raise PydanticCustomError(
+                "invalid_label",
+                "label {key!r}: values are at most {limit} characters",
+                {"key": key, "limit": MAX_LABEL_VALUE_LENGTH},
+            )
+    return labels
+
 
 class MetricSeries(Contract):
-    """Points of one metric on one host, as parallel (columnar) arrays."""
+    """Points of one metric on one host (and process / label set), as parallel arrays."""
 
     name: str = Field(pattern=METRIC_NAME_PATTERN, description="Metric name, e.g. `loss`.")
     steps: list[int] = Field(description="Training step of each point (non-negative).")
@@ -31,8 +100,21 @@ class MetricSeries(Contract):
         default=None, description="Time of each point; stamped on receipt when absent."
     )
     host: str = Field(
-        default="", max_length=253, description="Host that recorded the points, if known."
+        default="", max_length=MAX_HOST_LENGTH, description="Host that recorded the points."
     )
+    process_index: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_PROCESS_INDEX,
+        description="Process (rank) on the host that recorded them, if several do.",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="A small label set telling series of one metric apart, e.g. `device: 3`"
+        f" (at most {MAX_LABELS} keys). Values are kept per label set, never averaged.",
+    )
+
+    _labels_bounded = field_validator("labels")(_check_labels)
 
     @model_validator(mode="after")
     def _columns_align(self) -> Self:
@@ -40,7 +122,7 @@ class MetricSeries(Contract):
             raise ValueError("steps and values must have the same length")
         if self.times is not None and len(self.times) != len(self.steps):
             raise ValueError("times and steps must have the same length")
-        if any(step < 0 for step in self.steps):
+        if self.steps and min(self.steps) < 0:
             raise ValueError("steps must be non-negative")
         return self
 
@@ -66,14 +148,35 @@ class WriteMetricsResponse(Contract):
     accepted_points: int = Field(description="How many points were accepted.")
 
 
+class IngestMetrics(Envelope):
+    """A command to ingest a metrics write, for publishers inside the cluster.
+
+    Subject: ``telemetry.metrics.ingest.<run id>`` on the TELEMETRY stream, so JetStream's
+    publish ack means the write is stored. ingestion validates it exactly like an HTTP write
+    and publishes the same :class:`MetricPointsReceived` chunks; a write that breaks a rule is
+    dead-lettered with the reason. Without a ``batchId`` in the request the ``eventId`` is
+    the batch id, so a redelivery publishes the same chunk ids.
+    """
+
+    type: Literal["telemetry.metrics.ingest"] = "telemetry.metrics.ingest"
+    run_id: RunId = Field(description="The run the points belong to.")
+    request: WriteMetricsRequest = Field(description="The write, as the HTTP body would be.")
+
+    def partition(self) -> str:
+        """The run id: the last subject token."""
+        return self.run_id
+
+
 class MetricPoint(Contract):
-    """One metric value at one step on one host."""
+    """One metric value at one step on one host (the row view of a message's columns)."""
 
     name: str = Field(description="Metric name.")
     step: int = Field(description="Training step.")
     value: float = Field(description="The value; NaN and ±Inf are kept.")
     time: datetime = Field(description="When the value was recorded (UTC).")
     host: str = Field(default="", description="Host that recorded it.")
+    process_index: int | None = Field(default=None, description="Process on the host.")
+    labels: dict[str, str] = Field(default_factory=dict, description="The series' labels.")
 
     @property
     def is_finite(self) -> bool:
@@ -81,22 +184,128 @@ class MetricPoint(Contract):
         return math.isfinite(self.value)
 
 
-class MetricPointsReceived(Envelope):
-    """A chunk of metric points for one run, accepted by ingestion.
+class MetricColumns(Contract):
+    """One series' points inside a bus message, as parallel arrays (the columnar v2 shape).
 
-    Subject: ``telemetry.metrics.received.<run id>``. ``event_id`` is derived from the
-    request's batch id and the chunk index, so a retried request dedupes.
+    Times are integers (µs since the Unix epoch): parsing and storing them costs a fraction
+    of what ISO strings do, and PostgreSQL keeps microseconds anyway.
     """
 
+    name: str = Field(description="Metric name.")
+    host: str = Field(default="", description="Host that recorded the points.")
+    process_index: int | None = Field(default=None, description="Process on the host.")
+    labels: dict[str, str] = Field(default_factory=dict, description="The series' labels.")
+    steps: list[int] = Field(description="Step of each point.")
+    values: list[float] = Field(description="Value of each point; NaN and ±Inf are kept.")
+    times_unix_us: list[int] | None = Field(
+        default=None,
+        description="Time of each point in µs since the epoch; absent: the message's"
+        " `occurredAt` (the time of receipt) for every point.",
+    )
+
+    @model_validator(mode="after")
+    def _columns_align(self) -> Self:
+        if len(self.values) != len(self.steps):
+            raise ValueError("steps and values must have the same length")
+        if self.times_unix_us is not None and len(self.times_unix_us) != len(self.steps):
+            raise ValueError("timesUnixUs and steps must have the same length")
+        return self
+
+
+class MetricPointsReceived(Envelope):
+    """A chunk of metric points for one run, accepted by ingestion (schema v2, columnar).
+
+    Subject: ``telemetry.metrics.received.<run id>``. ``event_id`` is derived from the
+    request's batch id and the chunk index, so a retried request dedupes. Version 1 carried
+    one object per point (``points``); it is upcast on parse, and the constructor still
+    accepts ``points=[MetricPoint, ...]`` for producers written against it.
+    """
+
+    SCHEMA_VERSION: ClassVar[int] = 2
+
     type: Literal["telemetry.metrics.received"] = "telemetry.metrics.received"
+    schema_version: int = Field(default=2, ge=1, description="Version of this message's schema.")
     run_id: RunId = Field(description="The run the points belong to.")
     batch_id: uuid.UUID = Field(description="The write request this chunk came from.")
     chunk: int = Field(ge=0, description="Index of this chunk within its batch.")
-    points: list[MetricPoint] = Field(description="The points, in the order they were sent.")
+    series: list[MetricColumns] = Field(description="The points, one entry per series.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_point_objects(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "points" in data and "series" not in data:
+            return points_to_columns(dict(data))
+        return data
 
     def partition(self) -> str:
         """The run id: the last subject token."""
         return self.run_id
+
+    def point_count(self) -> int:
+        """How many points the message carries."""
+        return sum(len(columns.steps) for columns in self.series)
+
+    def iter_points(self) -> Iterator[MetricPoint]:
+        """The points as row objects, series by series (slow: for small messages and tests)."""
+        for columns in self.series:
+            times = columns.times_unix_us
+            for index, (step, value) in enumerate(zip(columns.steps, columns.values, strict=True)):
+                yield MetricPoint(
+                    name=columns.name,
+                    step=step,
+                    value=value,
+                    time=self.occurred_at if times is None else from_unix_micros(times[index]),
+                    host=columns.host,
+                    process_index=columns.process_index,
+                    labels=columns.labels,
+                )
+
+    @property
+    def points(self) -> list[MetricPoint]:
+        """Every point as a row object (see :meth:`iter_points`)."""
+        return list(self.iter_points())
+
+
+def _field(point: Any, snake: str, camel: str, default: Any = None) -> Any:
+    if isinstance(point, Mapping):
+        return point.get(camel, point.get(snake, default))
+    return getattr(point, snake, default)
+
+
+@upcaster("telemetry.metrics.received", 1)
+def points_to_columns(data: dict[str, Any]) -> dict[str, Any]:
+    """v1 → v2: group the per-point objects into one column set per series, in order."""
+    grouped: dict[tuple[str, str, Any, str], dict[str, Any]] = {}
+    for point in data.pop("points"):
+        labels = dict(_field(point, "labels", "labels") or {})
+        process_index = _field(point, "process_index", "processIndex")
+        key = (
+            _field(point, "name", "name"),
+            _field(point, "host", "host", ""),
+            process_index,
+            repr(sorted(labels.items())),
+        )
+        columns = grouped.get(key)
+        if columns is None:
+            columns = grouped[key] = {
+                "name": key[0],
+                "host": key[1],
+                "processIndex": process_index,
+                "labels": labels,
+                "steps": [],
+                "values": [],
+                "timesUnixUs": [],
+            }
+        time = _field(point, "time", "time")
+        if isinstance(time, str):
+            time = datetime.fromisoformat(time)
+        columns["steps"].append(_field(point, "step", "step"))
+        columns["values"].append(_field(point, "value", "value"))
+        columns["timesUnixUs"].append(to_unix_micros(time))
+    data["series"] = list(grouped.values())
+    data["schemaVersion"] = 2
+    data.pop("schema_version", None)
+    return data
 
 
 class SeriesPoint(Contract):
@@ -106,6 +315,8 @@ class SeriesPoint(Contract):
     value: float = Field(description="The value; NaN and ±Inf are kept.")
     time: datetime = Field(description="When it was recorded.")
     host: str = Field(description="Host that recorded it.")
+    process_index: int | None = Field(default=None, description="Process on the host.")
+    labels: dict[str, str] = Field(default_factory=dict, description="The series' labels.")
 
 
 class ReadMetricSeriesResponse(Contract):
@@ -128,3 +339,79 @@ class ListMetricsResponse(Contract):
     """The metrics a run has recorded, by name."""
 
     metrics: list[MetricSummary] = Field(description="One entry per metric name.")
+
+
+GroupBy = Literal["series", "host", "none"]
+"""How downsampled lines are split: per stored series (host, process, labels), per host,
+or one line for everything."""
+
+
+class MetricBucket(Contract):
+    """Aggregates of the points whose steps fall in ``[startStep, endStep]``.
+
+    ``min``, ``max`` and ``mean`` cover the non-NaN values (±Inf included, so an overflow
+    shows); they are null when every point is NaN. ``nanCount`` says how many were NaN.
+    ``last`` is the value at the highest step in the bucket, NaN or not.
+    """
+
+    start_step: int = Field(description="First step the bucket covers.")
+    end_step: int = Field(description="Last step the bucket covers.")
+    first_step: int = Field(description="Lowest step with a point in the bucket.")
+    last_step: int = Field(description="Highest step with a point in the bucket.")
+    count: int = Field(description="Points in the bucket.")
+    nan_count: int = Field(description="Points whose value is NaN.")
+    min: float | None = Field(description="Smallest non-NaN value.")
+    max: float | None = Field(description="Largest non-NaN value.")
+    mean: float | None = Field(description="Mean of the non-NaN values.")
+    last: float = Field(description="Value at `lastStep`.")
+
+
+class DownsampledSeries(Contract):
+    """One line of a chart: a run's metric, for one group, in step buckets."""
+
+    run_id: str = Field(description="The run.")
+    host: str | None = Field(default=None, description="Host (null when merged over hosts).")
+    process_index: int | None = Field(default=None, description="Process (series grouping).")
+    labels: dict[str, str] | None = Field(
+        default=None, description="Labels (series grouping only)."
+    )
+    buckets: list[MetricBucket] = Field(description="Buckets in step order; empty ones left out.")
+
+
+class DownsampleMetricResponse(Contract):
+    """A metric downsampled to at most the requested number of step buckets per line."""
+
+    metric: str = Field(description="Metric name.")
+    bucket_width: int = Field(description="Steps per bucket (a multiple of the source's).")
+    source: str = Field(description="`raw` or the rollup read, e.g. `rollup:256`.")
+    group_by: GroupBy = Field(description="How lines are split.")
+    series: list[DownsampledSeries] = Field(description="The lines.")
+
+
+class LatestValue(Contract):
+    """The value at the highest step of one series."""
+
+    name: str = Field(description="Metric name.")
+    host: str = Field(description="Host.")
+    process_index: int | None = Field(default=None, description="Process on the host.")
+    labels: dict[str, str] = Field(default_factory=dict, description="The series' labels.")
+    step: int = Field(description="Highest step recorded.")
+    value: float = Field(description="Its value; NaN and ±Inf are kept.")
+    time: datetime = Field(description="When it was recorded.")
+    point_count: int = Field(description="Points stored for the series.")
+
+
+class LatestMetricsResponse(Contract):
+    """Latest value of every series of every metric of a run."""
+
+    values: list[LatestValue] = Field(description="One entry per series, by name.")
+
+
+class CompareMetricsResponse(Contract):
+    """One metric of several runs, downsampled on shared step buckets."""
+
+    metric: str = Field(description="Metric name.")
+    bucket_width: int = Field(description="Steps per bucket, the same for every run.")
+    source: str = Field(description="`raw` or the rollup read.")
+    group_by: GroupBy = Field(description="How lines are split within a run.")
+    series: list[DownsampledSeries] = Field(description="The lines, run by run.")

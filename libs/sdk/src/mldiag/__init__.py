@@ -1,1 +1,28 @@
-"""mldiag: the Python SDK and the `mldiag` CLI (`mldiag up` runs the platform locally)."""
+"""mldiag: the Python SDK and the ``mldiag`` CLI (``mldiag up`` runs the platform locally).
+
+Record a run::
+
+    import mldiag
+
+    with mldiag.init(name="llama-8b", run_set="pretrain", configs={"lr": 3e-4}) as run:
+        for step in range(1000):
+            run.log({"loss": loss, "learning_rate": lr})
+
+or, with the official SDK's names, ``mldiag.machinelearning_run(...)`` and
+``mldiag.metrics.record("loss", loss, step=step)``. Importing this package does no I/O.
+"""
+
+from mldiag import metrics
+from mldiag.control import RunControl, RunPhase, RunSpec
+from mldiag.run import Run, current_run, init, machinelearning_run
+
+__all__ = [
+    "Run",
+    "RunControl",
+    "RunPhase",
+    "RunSpec",
+    "current_run",
+    "init",
+    "machinelearning_run",
+    "metrics",
+]

@@ -52,7 +52,7 @@ class Outcome:
 
 def keys_of(messages: Sequence[MetricPointsReceived]) -> set[SeriesKey]:
     """The series a batch touches."""
-    return {(message.run_id, point.name) for message in messages for point in message.points}
+    return {(message.run_id, columns.name) for message in messages for columns in message.series}
 
 
 def apply_non_finite_rule(
@@ -62,8 +62,21 @@ def apply_non_finite_rule(
     states = dict(states)
     opened: list[WorkloadEventOpened] = []
     for message in messages:
+        if all(all(map(math.isfinite, columns.values)) for columns in message.series):
+            # The common case: only the highest step of each metric can move "last good".
+            for columns in message.series:
+                if not columns.steps:
+                    continue
+                top = max(columns.steps)
+                at = len(columns.steps) - 1 - columns.steps[::-1].index(top)
+                key = (message.run_id, columns.name)
+                state = states.get(key, WatchState())
+                if state.last_good_step is None or top >= state.last_good_step:
+                    state = replace(state, last_good_step=top, last_good_value=columns.values[at])
+                states[key] = state
+            continue
         # Within a message, take points in step order so "last good" means "before it".
-        for point in sorted(message.points, key=lambda point: point.step):
+        for point in sorted(message.iter_points(), key=lambda point: point.step):
             key = (message.run_id, point.name)
             state = states.get(key, WatchState())
             if math.isfinite(point.value):

@@ -22,7 +22,10 @@ def create_app(settings: IngestionSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with connect_bus(settings.nats, SERVICE) as bus:
-            app.state.service = IngestionService(bus.publisher, settings.max_points_per_request)
+            service = IngestionService(bus.publisher, settings.max_points_per_request)
+            app.state.service = service
+            bus.consume(handlers.INGEST_CONSUMER, handlers.IngestBusHandler(service).on_ingest)
+            await bus.start()
             checks["nats"] = bus.healthy
             try:
                 yield

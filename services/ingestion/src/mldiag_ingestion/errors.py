@@ -31,3 +31,27 @@ class UnsupportedEncoding(InvalidArgument):
     """A Content-Encoding other than identity or gzip."""
 
     code = "unsupported_encoding"
+
+
+class InvalidMetricName(InvalidArgument):
+    """A metric name is empty, too long or has characters outside the allowed set."""
+
+    code = "invalid_metric_name"
+
+
+class InvalidLabels(InvalidArgument):
+    """A series has too many labels, or a label key or value out of bounds."""
+
+    code = "invalid_labels"
+
+
+class TooManyLabelValues(InvalidArgument):
+    """One metric has more distinct label sets (host, process, labels) than allowed."""
+
+    code = "too_many_label_values"
+
+
+class TimestampInFuture(InvalidArgument):
+    """A point's time lies further past the time of receipt than clock skew explains."""
+
+    code = "timestamp_in_future"

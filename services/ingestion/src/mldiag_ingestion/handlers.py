@@ -1,14 +1,24 @@
-"""HTTP routes of ingestion: the only module that knows about HTTP."""
+"""HTTP routes of ingestion and its bus consumer: the only module that knows about either."""
 
 import zlib
 from datetime import UTC, datetime
 
 from fastapi import APIRouter, Request, Response
+from pydantic import ValidationError
 
-from mldiag_ingestion.errors import BodyTooLarge, InvalidBatch, UnsupportedEncoding
+from mldiag_ingestion.errors import (
+    BodyTooLarge,
+    InvalidBatch,
+    InvalidLabels,
+    InvalidMetricName,
+    UnsupportedEncoding,
+)
 from mldiag_ingestion.service import IngestionService
-from mldiag_platform.http import ContractResponse, parse_body
-from mldiag_schemas.telemetry import WriteMetricsRequest
+from mldiag_platform.bus import ConsumerSpec, Delivery
+from mldiag_platform.errors import InvalidArgument
+from mldiag_platform.http import ContractResponse
+from mldiag_schemas import bus
+from mldiag_schemas.telemetry import IngestMetrics, WriteMetricsRequest
 
 router = APIRouter()
 
@@ -23,9 +33,28 @@ async def write_metrics(request: Request, run_id: str) -> Response:
     service: IngestionService = request.app.state.service
     limit: int = request.app.state.settings.max_request_bytes
     body = await _read_body(request, limit)
-    write = parse_body(WriteMetricsRequest, body, InvalidBatch)
+    write = _parse_write(body)
     result = await service.write_metrics(run_id, write, datetime.now(UTC))
     return ContractResponse(result, status_code=202)
+
+
+def _parse_write(raw: bytes) -> WriteMetricsRequest:
+    """Validate the body; the first failing rule picks the error code (see docs/metrics.md)."""
+    try:
+        return WriteMetricsRequest.model_validate_json(raw or b"{}")
+    except ValidationError as exc:
+        problems = exc.errors()[:20]
+        details = [
+            {"field": ".".join(str(part) for part in problem["loc"]), "problem": problem["msg"]}
+            for problem in problems
+        ]
+        first = problems[0]
+        error: type[InvalidArgument] = InvalidBatch
+        if first["loc"][-1:] == ("name",) and first["type"] == "string_pattern_mismatch":
+            error = InvalidMetricName
+        elif first["type"] in ("too_many_labels", "invalid_label") or "labels" in first["loc"]:
+            error = InvalidLabels
+        raise error(f"the write request is not valid: {first['msg']}", details=details) from None
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -50,3 +79,25 @@ async def _read_body(request: Request, limit: int) -> bytes:
             raise BodyTooLarge(f"body is over the {limit}-byte limit")
         parts.append(chunk)
     return b"".join(parts)
+
+
+INGEST_CONSUMER = ConsumerSpec(
+    stream=bus.TELEMETRY,
+    subject=bus.METRICS_INGEST + ".*",
+    durable=bus.INGESTION_INGEST_DURABLE,
+    message_type=IngestMetrics,
+    batch_size=20,
+)
+"""Metric writes published by in-cluster producers (JetStream, at least once)."""
+
+
+class IngestBusHandler:
+    """Validates and republishes each write command; a rule broken is dead-lettered."""
+
+    def __init__(self, service: IngestionService) -> None:
+        self._service = service
+
+    async def on_ingest(self, deliveries: list[Delivery[IngestMetrics]]) -> None:
+        """Handle a batch in order (each returns once its chunks are stored)."""
+        for delivery in deliveries:
+            await self._service.ingest(delivery.message, datetime.now(UTC))

@@ -15,6 +15,9 @@ from mldiag_run_registry.events.service import EventsService
 from mldiag_run_registry.metrics import handlers as metrics_handlers
 from mldiag_run_registry.metrics.repository import MetricsRepository
 from mldiag_run_registry.metrics.service import MetricsService
+from mldiag_run_registry.operations import handlers as operations_handlers
+from mldiag_run_registry.operations.repository import OperationsRepository
+from mldiag_run_registry.operations.service import OperationsService
 from mldiag_run_registry.runs import handlers as runs_handlers
 from mldiag_run_registry.runs.repository import RunRepository
 from mldiag_run_registry.runs.service import RunService
@@ -33,6 +36,11 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
         migrations = [
             *outbox_migrations(),
             *load_migrations("run-registry", "mldiag_run_registry.migrations"),
+            *load_migrations("run-registry-runs", "mldiag_run_registry.runs.migrations"),
+            *load_migrations(
+                "run-registry-operations", "mldiag_run_registry.operations.migrations"
+            ),
+            *load_migrations("run-registry-metrics", "mldiag_run_registry.metrics.migrations"),
         ]
         async with AsyncExitStack() as stack:
             pool = await stack.enter_async_context(
@@ -40,7 +48,8 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             )
             bus = await stack.enter_async_context(connect_bus(settings.nats, SERVICE))
             outbox = Outbox(pool, bus.publisher)
-            runs = RunService(RunRepository(pool, outbox), outbox)
+            operations = OperationsRepository(pool)
+            runs = RunService(RunRepository(pool, outbox, operations), outbox)
             metrics = MetricsService(MetricsRepository(pool, settings.db_schema), runs)
             events = EventsService(EventsRepository(pool), runs)
 
@@ -56,11 +65,17 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             await stack.enter_async_context(running_sweeper(outbox))
 
             app.state.runs, app.state.metrics, app.state.events = runs, metrics, events
+            app.state.operations = OperationsService(operations)
             checks.update(nats=bus.healthy, database=lambda: database_ok(pool))
             stack.callback(checks.clear)
             yield
 
     app = create_http_app(SERVICE, lifespan, checks)
-    for router in (runs_handlers.router, metrics_handlers.router, events_handlers.router):
+    for router in (
+        runs_handlers.router,
+        metrics_handlers.router,
+        events_handlers.router,
+        operations_handlers.router,
+    ):
         app.include_router(router)
     return app

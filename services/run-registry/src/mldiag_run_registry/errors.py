@@ -19,3 +19,15 @@ class InvalidRunId(InvalidArgument):
     """A run id in the path is not a valid id."""
 
     code = "invalid_run_id"
+
+
+class InvalidFilter(InvalidArgument):
+    """A list's ``filter`` does not parse or names an unknown field (details: position)."""
+
+    code = "invalid_filter"
+
+
+class InvalidOrderBy(InvalidArgument):
+    """A list's ``orderBy`` names an unknown field or is malformed."""
+
+    code = "invalid_order_by"

@@ -20,6 +20,7 @@ def _service(request: Request) -> MetricsService:
 
 
 ServiceDep = Annotated[MetricsService, Depends(_service)]
+GroupByQuery = Annotated[str, Query(alias="groupBy")]
 
 
 @route(router, "GET", "/machineLearningRuns/{run_id}/metrics")
@@ -28,7 +29,30 @@ async def list_metrics(run_id: str, parent: ParentDep, service: ServiceDep) -> R
     return ContractResponse(await service.list_metrics(parent.project, parent.location, run_id))
 
 
-@route(router, "GET", "/machineLearningRuns/{run_id}/metrics/{metric}")
+@route(router, "GET", "/machineLearningRuns/{run_id}/metrics:latest")
+async def latest_values(run_id: str, parent: ParentDep, service: ServiceDep) -> Response:
+    """The latest value of every series of every metric of a run."""
+    return ContractResponse(await service.latest(parent.project, parent.location, run_id))
+
+
+@route(router, "GET", "/machineLearningRuns:compareMetrics")
+async def compare_metrics(
+    parent: ParentDep,
+    service: ServiceDep,
+    runs: str,
+    metric: str,
+    buckets: int = 1000,
+    group_by: GroupByQuery = "none",
+) -> Response:
+    """One metric of several runs (``runs=a,b``) on shared step buckets."""
+    run_ids = [run_id for run_id in runs.split(",") if run_id]
+    result = await service.compare(
+        parent.project, parent.location, run_ids, metric, buckets, group_by
+    )
+    return ContractResponse(result)
+
+
+@route(router, "GET", "/machineLearningRuns/{run_id}/metrics/{metric:path}")
 async def read_series(
     run_id: str,
     metric: str,
@@ -36,8 +60,15 @@ async def read_series(
     service: ServiceDep,
     page_size: Annotated[int | None, Query(alias="pageSize")] = None,
     page_token: Annotated[str, Query(alias="pageToken")] = "",
+    buckets: int | None = None,
+    group_by: GroupByQuery = "series",
 ) -> Response:
-    """One metric's points, in step order, paged."""
+    """One metric's points in step order, paged; with ``buckets=N``, downsampled."""
+    if buckets is not None:
+        result = await service.downsample(
+            parent.project, parent.location, run_id, metric, buckets, group_by
+        )
+        return ContractResponse(result)
     page = await service.read_series(
         parent.project, parent.location, run_id, metric, page_size, page_token
     )

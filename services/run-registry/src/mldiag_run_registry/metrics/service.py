@@ -1,20 +1,92 @@
-"""Metric series: storing points from the bus and reading them back (no SQL here)."""
+"""Metric series: storing points from the bus and reading them back (no SQL here).
+
+Downsampling plans each read so it touches between N and 4N rollup rows: the bucket width
+is the smallest multiple of a rollup level's width that gives at most N buckets over the
+series' step range. Short series (fewer than 16 steps per requested bucket) are aggregated
+from the raw points, which are then few.
+"""
 
 from collections.abc import Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import structlog
+from prometheus_client import Counter
 
 from mldiag_run_registry.errors import InvalidPageToken
 from mldiag_run_registry.lookup import RunLookup
-from mldiag_run_registry.metrics.repository import MetricsRepository
+from mldiag_run_registry.metrics.errors import InvalidBucketCount, InvalidGroupBy, InvalidRunList
+from mldiag_run_registry.metrics.repository import (
+    ROLLUP_LEVELS,
+    BucketRow,
+    MetricsRepository,
+    SeriesRow,
+)
 from mldiag_run_registry.paging import decode_token, encode_token, page_size
 from mldiag_schemas.telemetry import (
+    CompareMetricsResponse,
+    DownsampledSeries,
+    DownsampleMetricResponse,
+    GroupBy,
+    LatestMetricsResponse,
+    LatestValue,
     ListMetricsResponse,
+    MetricBucket,
     MetricPointsReceived,
+    MetricSummary,
     ReadMetricSeriesResponse,
 )
 
+log = structlog.get_logger(__name__)
+
 DEFAULT_POINTS_PAGE_SIZE = 10_000
 MAX_POINTS_PAGE_SIZE = 100_000
+MAX_BUCKETS = 10_000
+MAX_COMPARED_RUNS = 20
+GROUPINGS: tuple[GroupBy, ...] = ("series", "host", "none")
+
+POINTS_DROPPED = Counter(
+    "mldiag_metric_points_dropped_total",
+    "Points not stored because their metric reached its per-run series bound.",
+)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to read N buckets: output bucket width and the rollup level (None: raw)."""
+
+    width: int
+    level: int | None
+
+    @property
+    def source(self) -> str:
+        """`raw` or `rollup:<steps per rollup bucket>`."""
+        return "raw" if self.level is None else f"rollup:{1 << self.level}"
+
+
+def plan_buckets(first_step: int, last_step: int, buckets: int) -> Plan:
+    """The width (aligned to step 0) giving at most ``buckets`` buckets over the range."""
+    span = last_step - first_step + 1
+    wanted = -(-span // buckets)  # ceil
+    level = None
+    for k in ROLLUP_LEVELS:
+        if 1 << k <= wanted:
+            level = k
+    unit = 1 if level is None else 1 << level
+    width = -(-wanted // unit) * unit
+    while last_step // width - first_step // width + 1 > buckets:
+        width += unit
+    # Read the coarsest level that still divides the width: fewer rows, same buckets.
+    for k in ROLLUP_LEVELS:
+        if level is not None and k > level and width % (1 << k) == 0:
+            level = k
+    return Plan(width, level)
+
+
+def _time(micros: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=micros)
 
 
 class MetricsService:
@@ -26,12 +98,43 @@ class MetricsService:
 
     async def store(self, messages: Sequence[MetricPointsReceived]) -> int:
         """Store points from the bus (idempotent per message); return how many were new."""
-        return await self._repository.store_messages(messages)
+        result = await self._repository.store_messages(messages)
+        if result.dropped_points:
+            POINTS_DROPPED.inc(result.dropped_points)
+            log.warning(
+                "metrics.points.dropped",
+                points=result.dropped_points,
+                reason="series bound per metric reached",
+            )
+        return result.points
 
     async def list_metrics(self, project: str, location: str, run_id: str) -> ListMetricsResponse:
         """The metrics a run recorded."""
         await self._runs.get_run(project, location, run_id)
-        return ListMetricsResponse(metrics=await self._repository.list_metrics(run_id))
+        rows = await self._repository.list_metrics(run_id)
+        return ListMetricsResponse(
+            metrics=[MetricSummary(name=n, point_count=c, last_step=s) for n, c, s in rows]
+        )
+
+    async def latest(self, project: str, location: str, run_id: str) -> LatestMetricsResponse:
+        """The latest value of every series of every metric of the run (one index read)."""
+        await self._runs.get_run(project, location, run_id)
+        rows = await self._repository.list_series([run_id], None)
+        return LatestMetricsResponse(
+            values=[
+                LatestValue(
+                    name=row.metric,
+                    host=row.host,
+                    process_index=row.process_index,
+                    labels=row.labels,
+                    step=row.last_step or 0,
+                    value=row.last_value if row.last_value is not None else float("nan"),
+                    time=_time(row.last_time_us or 0),
+                    point_count=row.point_count,
+                )
+                for row in rows
+            ]
+        )
 
     async def read_series(
         self,
@@ -42,20 +145,141 @@ class MetricsService:
         requested_size: int | None,
         page_token: str,
     ) -> ReadMetricSeriesResponse:
-        """A page of one metric's points, in step order."""
+        """A page of one metric's points (every series), in step order."""
         await self._runs.get_run(project, location, run_id)
         size = page_size(requested_size, DEFAULT_POINTS_PAGE_SIZE, MAX_POINTS_PAGE_SIZE)
         after = None
         if page_token:
             fields = decode_token(page_token)
             try:
-                after = (int(fields["s"]), str(fields["h"]), datetime.fromisoformat(fields["t"]))
+                after = (int(fields["s"]), int(fields["i"]), int(fields["t"]))
             except (KeyError, TypeError, ValueError):
                 raise InvalidPageToken("the page token is not valid") from None
-        points = await self._repository.read_series(run_id, metric, size + 1, after)
+        series = {
+            row.series_id: row for row in await self._repository.list_series([run_id], metric)
+        }
+        rows = await self._repository.read_points(list(series), size + 1, after) if series else []
         token = ""
-        if len(points) > size:
-            points = points[:size]
-            last = points[-1]
-            token = encode_token({"s": last.step, "h": last.host, "t": last.time.isoformat()})
-        return ReadMetricSeriesResponse(metric=metric, points=points, next_page_token=token)
+        if len(rows) > size:
+            rows = rows[:size]
+            step, series_id, micros, _ = rows[-1]
+            token = encode_token({"s": step, "i": series_id, "t": micros})
+        # one validation call for the whole page: 10x cheaper than a model per point
+        points = [
+            {
+                "step": step,
+                "value": value,
+                "time": _time(micros),
+                "host": series[series_id].host,
+                "process_index": series[series_id].process_index,
+                "labels": series[series_id].labels,
+            }
+            for step, series_id, micros, value in rows
+        ]
+        return ReadMetricSeriesResponse.model_validate(
+            {"metric": metric, "points": points, "next_page_token": token}
+        )
+
+    async def downsample(
+        self, project: str, location: str, run_id: str, metric: str, buckets: int, group_by: str
+    ) -> DownsampleMetricResponse:
+        """One metric of a run in at most ``buckets`` step buckets per line."""
+        await self._runs.get_run(project, location, run_id)
+        plan, lines = await self._downsample([run_id], metric, buckets, group_by)
+        return DownsampleMetricResponse(
+            metric=metric,
+            bucket_width=plan.width,
+            source=plan.source,
+            group_by=_grouping(group_by),
+            series=lines,
+        )
+
+    async def compare(
+        self,
+        project: str,
+        location: str,
+        run_ids: Sequence[str],
+        metric: str,
+        buckets: int,
+        group_by: str,
+    ) -> CompareMetricsResponse:
+        """One metric of several runs on shared step buckets (one line per run by default)."""
+        unique = list(dict.fromkeys(run_ids))
+        if not unique or len(unique) > MAX_COMPARED_RUNS:
+            raise InvalidRunList(f"name 1 to {MAX_COMPARED_RUNS} runs, comma-separated")
+        for run_id in unique:
+            await self._runs.get_run(project, location, run_id)
+        plan, lines = await self._downsample(unique, metric, buckets, group_by)
+        return CompareMetricsResponse(
+            metric=metric,
+            bucket_width=plan.width,
+            source=plan.source,
+            group_by=_grouping(group_by),
+            series=lines,
+        )
+
+    async def _downsample(
+        self, run_ids: list[str], metric: str, buckets: int, group_by: str
+    ) -> tuple[Plan, list[DownsampledSeries]]:
+        grouping = _grouping(group_by)
+        if not 1 <= buckets <= MAX_BUCKETS:
+            raise InvalidBucketCount(f"buckets must be between 1 and {MAX_BUCKETS}")
+        series = await self._repository.list_series(run_ids, metric)
+        if not series:
+            return Plan(1, None), []
+        plan = plan_buckets(
+            min(row.first_step or 0 for row in series),
+            max(row.last_step or 0 for row in series),
+            buckets,
+        )
+        heads: list[SeriesRow] = []
+        groups: dict[int, int] = {}
+        index: dict[tuple[object, ...], int] = {}
+        for row in series:
+            key: tuple[object, ...] = (row.run_id,)
+            if grouping == "host":
+                key = (row.run_id, row.host)
+            elif grouping == "series":
+                key = (row.series_id,)
+            if key not in index:
+                index[key] = len(heads)
+                heads.append(row)
+            groups[row.series_id] = index[key]
+        aggregates = await self._repository.read_buckets(groups, plan.width, plan.level)
+        per_group: list[list[MetricBucket]] = [[] for _ in heads]
+        for aggregate in aggregates:
+            per_group[aggregate.group].append(_bucket(aggregate, plan.width))
+        lines = [
+            DownsampledSeries(
+                run_id=head.run_id,
+                host=head.host if grouping != "none" else None,
+                process_index=head.process_index if grouping == "series" else None,
+                labels=head.labels if grouping == "series" else None,
+                buckets=per_group[number],
+            )
+            for number, head in enumerate(heads)
+        ]
+        return plan, lines
+
+
+def _grouping(group_by: str) -> GroupBy:
+    for grouping in GROUPINGS:
+        if grouping == group_by:
+            return grouping
+    raise InvalidGroupBy(f"groupBy must be one of {', '.join(GROUPINGS)}")
+
+
+def _bucket(row: BucketRow, width: int) -> MetricBucket:
+    finite = row.count - row.nan_count
+    return MetricBucket(
+        start_step=row.bucket * width,
+        end_step=row.bucket * width + width - 1,
+        first_step=row.first_step,
+        last_step=row.last_step,
+        count=row.count,
+        nan_count=row.nan_count,
+        min=row.min,
+        max=row.max,
+        mean=row.sum / finite if finite and row.sum is not None else None,
+        last=row.last_value,
+    )

@@ -1,13 +1,19 @@
-"""HTTP routes of the run resource."""
+"""HTTP routes of the run resource, and of the official SDK's self-hosted contract.
 
+Query parameters are accepted in camelCase (``updateMask``, ``allowMissing``) and in the
+snake_case the official SDK sends (``update_mask``, ``allow_missing``).
+"""
+
+import json
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from mldiag_platform.http import ContractResponse, read_body
+from mldiag_platform.errors import InvalidArgument
+from mldiag_platform.http import ContractResponse, parse_body, read_body
 from mldiag_run_registry.resources import ParentDep, route
 from mldiag_run_registry.runs.service import RunService
-from mldiag_schemas.runs import CreateRunRequest
+from mldiag_schemas.runs import CreateRunRequest, SelfHostedRunRequest, UpdateRunRequest
 
 router = APIRouter()
 
@@ -20,12 +26,34 @@ def _service(request: Request) -> RunService:
 ServiceDep = Annotated[RunService, Depends(_service)]
 
 
-@route(router, "POST", "/machineLearningRuns", status_code=201)
+def _param(request: Request, camel: str, snake: str) -> str | None:
+    params = request.query_params
+    return params.get(camel, params.get(snake))
+
+
+def _flag(request: Request, camel: str, snake: str) -> bool:
+    value = _param(request, camel, snake)
+    if value is None or value.lower() in ("", "false", "0"):
+        return False
+    if value.lower() in ("true", "1"):
+        return True
+    raise InvalidArgument(f"{camel} must be true or false, got {value!r}")
+
+
+def _is_self_hosted(raw: bytes) -> bool:
+    """The official SDK's bodies carry a ``workload`` object (ours: ``workloadDetails``)."""
+    try:
+        data = json.loads(raw or b"{}")
+    except ValueError:
+        return False
+    return isinstance(data, dict) and "workload" in data
+
+
+@route(router, "POST", "/machineLearningRuns")
 async def create_run(request: Request, parent: ParentDep, service: ServiceDep) -> Response:
-    """Create a run."""
+    """Create a run; answers the done create operation (its ``response`` is the run)."""
     body = await read_body(request, CreateRunRequest)
-    run = await service.create_run(parent.project, parent.location, body)
-    return ContractResponse(run, status_code=201)
+    return ContractResponse(await service.create_run(parent.project, parent.location, body))
 
 
 @route(router, "GET", "/machineLearningRuns")
@@ -34,9 +62,13 @@ async def list_runs(
     service: ServiceDep,
     page_size: Annotated[int | None, Query(alias="pageSize")] = None,
     page_token: Annotated[str, Query(alias="pageToken")] = "",
+    filter_text: Annotated[str, Query(alias="filter")] = "",
+    order_by: Annotated[str, Query(alias="orderBy")] = "",
 ) -> Response:
-    """List runs, newest first."""
-    page = await service.list_runs(parent.project, parent.location, page_size, page_token)
+    """List runs (newest first unless ``orderBy``), filtered by ``filter``."""
+    page = await service.list_runs(
+        parent.project, parent.location, page_size, page_token, filter_text, order_by
+    )
     return ContractResponse(page)
 
 
@@ -44,3 +76,53 @@ async def list_runs(
 async def get_run(run_id: str, parent: ParentDep, service: ServiceDep) -> Response:
     """Get one run."""
     return ContractResponse(await service.get_run(parent.project, parent.location, run_id))
+
+
+@route(router, "PATCH", "/machineLearningRuns")
+async def upsert_self_hosted(request: Request, parent: ParentDep, service: ServiceDep) -> Response:
+    """The official SDK's create: upsert on ``logicalId``; answers the run as it reads it."""
+    body = parse_body(SelfHostedRunRequest, await request.body())
+    allow_missing = _flag(request, "allowMissing", "allow_missing")
+    run = await service.self_hosted_upsert(
+        parent.project, parent.location, body, allow_missing=allow_missing
+    )
+    return ContractResponse(run)
+
+
+@route(router, "PATCH", "/machineLearningRuns/{run_id}")
+async def update_run(
+    run_id: str, request: Request, parent: ParentDep, service: ServiceDep
+) -> Response:
+    """Update a run (``updateMask``, etag required; ``allowMissing=true`` creates it).
+
+    A body with a ``workload`` object is the official SDK's phase change.
+    """
+    raw = await request.body()
+    if _is_self_hosted(raw):
+        sdk_body = parse_body(SelfHostedRunRequest, raw)
+        view = await service.self_hosted_set_state(
+            parent.project, parent.location, run_id, sdk_body
+        )
+        return ContractResponse(view)
+    body = parse_body(UpdateRunRequest, raw)
+    operation = await service.update_run(
+        parent.project,
+        parent.location,
+        run_id,
+        body,
+        _param(request, "updateMask", "update_mask"),
+        allow_missing=_flag(request, "allowMissing", "allow_missing"),
+    )
+    return ContractResponse(operation)
+
+
+@route(router, "DELETE", "/machineLearningRuns/{run_id}")
+async def delete_run(
+    run_id: str,
+    parent: ParentDep,
+    service: ServiceDep,
+    etag: Annotated[str, Query()] = "",
+) -> Response:
+    """Soft-delete a run; answers the done delete operation."""
+    operation = await service.delete_run(parent.project, parent.location, run_id, etag)
+    return ContractResponse(operation)

@@ -1,96 +1,308 @@
-"""All SQL about runs. Each public method is one transaction."""
+"""All SQL about runs. Each public write is one transaction that also records its operation
+and stages its bus messages in the outbox.
+"""
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from typing import Literal
 
 import asyncpg
 
 from mldiag_platform.outbox import Outbox
+from mldiag_run_registry.filtering import And, Comparison, Expr, Not, Or, OrderKey
+from mldiag_run_registry.operations.repository import OperationsRepository
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.ids import run_name
-from mldiag_schemas.runs import Run, RunState
-
-_RUN_COLUMNS = (
-    "run_id, project, location, display_name, run_set, labels, state, create_time, update_time"
+from mldiag_schemas.operations import Operation
+from mldiag_schemas.runs import (
+    Artifacts,
+    Configs,
+    ErrorDetails,
+    Orchestrator,
+    Run,
+    RunMetricsSummary,
+    RunPhase,
+    RunState,
+    WorkloadDetails,
 )
+
+_COLUMNS = (
+    "run_id",
+    "project",
+    "location",
+    "display_name",
+    "run_set",
+    "labels",
+    "state",
+    "create_time",
+    "update_time",
+    "configs",
+    "artifacts",
+    "orchestrator",
+    "workload_details",
+    "error_details",
+    "etag",
+    "end_time",
+    "delete_time",
+    "workload_id",
+    "logical_id",
+    "cluster_id",
+    "creator",
+    "metrics_summary",
+)
+_SELECT = ", ".join(_COLUMNS)
+_JSONB = {"labels", "artifacts", "workload_details", "error_details", "metrics_summary"}
+_PLACEHOLDERS = ", ".join(
+    f"${i}::jsonb" if name in _JSONB else f"${i}" for i, name in enumerate(_COLUMNS, start=1)
+)
+# Every column but the key and the parent, for a full-row update ($1..$3 identify the row).
+_SET = ", ".join(
+    f"{name} = ${i}::jsonb" if name in _JSONB else f"{name} = ${i}"
+    for i, name in enumerate(_COLUMNS, start=1)
+    if i > 3
+)
+
+# Filter and orderBy fields (see runs.service.FIELDS) → SQL expressions.
+_FIELD_COLUMNS = {
+    "runId": "run_id",
+    "displayName": "display_name",
+    "runSet": "run_set",
+    "state": "state",
+    "runPhase": "state",
+    "orchestrator": "orchestrator",
+    "createTime": "create_time",
+    "updateTime": "update_time",
+    "workloadId": "workload_id",
+}
 
 
 def _run_from(row: asyncpg.Record) -> Run:
+    state = RunState(row["state"])
+    error = json.loads(row["error_details"]) if row["error_details"] else None
     return Run(
         name=run_name(row["project"], row["location"], row["run_id"]),
         run_id=row["run_id"],
         display_name=row["display_name"],
         run_set=row["run_set"],
         labels=json.loads(row["labels"]),
-        state=RunState(row["state"]),
+        configs=Configs.model_validate_json(row["configs"]),
+        artifacts=Artifacts.model_validate_json(row["artifacts"]),
+        orchestrator=Orchestrator(row["orchestrator"]),
+        workload_details=WorkloadDetails.model_validate_json(row["workload_details"]),
+        run_phase=RunPhase.of(state),
+        state=state,
+        etag=row["etag"],
         create_time=row["create_time"],
         update_time=row["update_time"],
+        end_time=row["end_time"],
+        delete_time=row["delete_time"],
+        error_details=ErrorDetails.model_validate(error) if error else None,
+        workload_id=row["workload_id"],
+        logical_id=row["logical_id"],
+        cluster_id=row["cluster_id"],
+        creator=row["creator"],
+        metrics=RunMetricsSummary.model_validate_json(row["metrics_summary"]),
     )
 
 
-class RunRepository:
-    """Runs in the registry's own schema."""
+def _values(project: str, location: str, run: Run) -> tuple[object, ...]:
+    return (
+        run.run_id,
+        project,
+        location,
+        run.display_name,
+        run.run_set,
+        json.dumps(run.labels),
+        run.state.value,
+        run.create_time,
+        run.update_time,
+        run.configs.model_dump_json(),  # text: NaN survives
+        run.artifacts.model_dump_json(),
+        run.orchestrator.value,
+        run.workload_details.model_dump_json(),
+        run.error_details.model_dump_json() if run.error_details else None,
+        run.etag,
+        run.end_time,
+        run.delete_time,
+        run.workload_id,
+        run.logical_id,
+        run.cluster_id,
+        run.creator,
+        run.metrics.model_dump_json(),
+    )
 
-    def __init__(self, pool: asyncpg.Pool, outbox: Outbox) -> None:
+
+def _sql_value(field: str, value: object) -> object:
+    if field == "runPhase" and isinstance(value, str):
+        return RunPhase(value).state.value
+    return value
+
+
+def _where(expr: Expr, params: list[object]) -> str:
+    if isinstance(expr, And):
+        return "(" + " AND ".join(_where(part, params) for part in expr.parts) + ")"
+    if isinstance(expr, Or):
+        return "(" + " OR ".join(_where(part, params) for part in expr.parts) + ")"
+    if isinstance(expr, Not):
+        return f"(NOT {_where(expr.part, params)})"
+    return _comparison(expr, params)
+
+
+def _comparison(expr: Comparison, params: list[object]) -> str:
+    if expr.field == "labels":
+        params.append(expr.key)
+        key = f"${len(params)}"
+        if expr.op == ":" and expr.value is None:
+            return f"(labels ? {key})"
+        column = f"(labels ->> {key})"
+    else:
+        column = _FIELD_COLUMNS[expr.field]
+        if expr.op == ":" and expr.value is None:
+            return f"({column} <> '')"
+    params.append(_sql_value(expr.field, expr.value))
+    placeholder = f"${len(params)}"
+    if expr.op == ":":
+        return f"(strpos({column}, {placeholder}) > 0)"
+    if expr.op == "!=":
+        # A missing label differs from any value.
+        return f"({column} IS DISTINCT FROM {placeholder})"
+    return f"({column} {expr.op} {placeholder})"
+
+
+def _order_sql(order: Sequence[OrderKey]) -> str:
+    return ", ".join(
+        f"{_FIELD_COLUMNS[key.field]} {'DESC' if key.descending else 'ASC'}" for key in order
+    )
+
+
+def _keyset(order: Sequence[OrderKey], after: Sequence[object], params: list[object]) -> str:
+    """Rows strictly after ``after`` in ``order``: (a > x) OR (a = x AND b > y) OR ..."""
+    ors = []
+    for depth, key in enumerate(order):
+        ands = []
+        for previous, value in zip(order[:depth], after[:depth], strict=True):
+            params.append(_sql_value(previous.field, value))
+            ands.append(f"{_FIELD_COLUMNS[previous.field]} = ${len(params)}")
+        params.append(_sql_value(key.field, after[depth]))
+        ands.append(f"{_FIELD_COLUMNS[key.field]} {'<' if key.descending else '>'} ${len(params)}")
+        ors.append("(" + " AND ".join(ands) + ")")
+    return "(" + " OR ".join(ors) + ")"
+
+
+class RunRepository:
+    """Runs in the registry's own schema. Deleted runs (``delete_time`` set) are kept but
+    never returned by the reads that serve the API.
+    """
+
+    def __init__(
+        self, pool: asyncpg.Pool, outbox: Outbox, operations: OperationsRepository | None = None
+    ) -> None:
         self._pool = pool
         self._outbox = outbox
+        # Every write records its operation in the same transaction, on the same pool.
+        self._operations = operations or OperationsRepository(pool)
 
     async def insert_run(
-        self, project: str, location: str, run: Run, announce: Sequence[Envelope]
+        self,
+        project: str,
+        location: str,
+        run: Run,
+        operation: Operation,
+        announce: Sequence[Envelope],
     ) -> bool:
-        """Insert ``run`` and stage ``announce``; False (and nothing staged) if it exists."""
+        """Insert ``run``, record ``operation`` and stage ``announce``; False (and nothing
+        written) if the id or the logical id is taken, deleted runs included.
+        """
         async with self._pool.acquire() as conn, conn.transaction():
+            # No conflict target: a taken run id and a taken logical id both mean "exists".
             inserted = await conn.fetchval(
-                f"INSERT INTO runs ({_RUN_COLUMNS})"
-                " VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9)"
-                " ON CONFLICT (run_id) DO NOTHING RETURNING true",
-                run.run_id,
-                project,
-                location,
-                run.display_name,
-                run.run_set,
-                json.dumps(run.labels),
-                run.state.value,
-                run.create_time,
-                run.update_time,
+                f"INSERT INTO runs ({_SELECT}) VALUES ({_PLACEHOLDERS})"
+                " ON CONFLICT DO NOTHING RETURNING true",
+                *_values(project, location, run),
             )
             if not inserted:
                 return False
+            await self._operations.add(conn, project, location, operation)
             await self._outbox.add(conn, announce)
         return True
 
-    async def get_run(self, project: str, location: str, run_id: str) -> Run | None:
-        """The run, if it exists under that parent."""
+    async def replace_run(
+        self,
+        project: str,
+        location: str,
+        run: Run,
+        expected_etag: str,
+        operation: Operation,
+        announce: Sequence[Envelope],
+    ) -> Literal["replaced", "stale", "conflict"]:
+        """Overwrite the live run with ``run`` if its etag is still ``expected_etag``.
+
+        ``stale`` (nothing written) when someone changed or deleted it meanwhile;
+        ``conflict`` when its new logical id belongs to another run.
+        """
+        try:
+            async with self._pool.acquire() as conn, conn.transaction():
+                values = _values(project, location, run)
+                replaced = await conn.fetchval(
+                    f"UPDATE runs SET {_SET}"
+                    " WHERE run_id = $1 AND project = $2 AND location = $3"
+                    f" AND delete_time IS NULL AND etag = ${len(values) + 1} RETURNING true",
+                    *values,
+                    expected_etag,
+                )
+                if not replaced:
+                    return "stale"
+                await self._operations.add(conn, project, location, operation)
+                await self._outbox.add(conn, announce)
+        except asyncpg.UniqueViolationError:  # runs_by_logical_id
+            return "conflict"
+        return "replaced"
+
+    async def get_run(
+        self, project: str, location: str, run_id: str, *, include_deleted: bool = False
+    ) -> Run | None:
+        """The run, if it exists under that parent (and is not deleted, unless asked)."""
         row = await self._pool.fetchrow(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = $1 AND project = $2 AND location = $3",
+            f"SELECT {_SELECT} FROM runs WHERE run_id = $1 AND project = $2 AND location = $3"
+            + ("" if include_deleted else " AND delete_time IS NULL"),
             run_id,
             project,
             location,
         )
         return _run_from(row) if row else None
 
+    async def find_by_logical_id(self, project: str, location: str, logical_id: str) -> Run | None:
+        """The run upserted on ``logical_id``, deleted or not."""
+        row = await self._pool.fetchrow(
+            f"SELECT {_SELECT} FROM runs WHERE project = $1 AND location = $2 AND logical_id = $3",
+            project,
+            location,
+            logical_id,
+        )
+        return _run_from(row) if row else None
+
     async def list_runs(
-        self, project: str, location: str, limit: int, after: tuple[datetime, str] | None
+        self,
+        project: str,
+        location: str,
+        where: Expr | None,
+        order: Sequence[OrderKey],
+        limit: int,
+        after: Sequence[object] | None,
     ) -> list[Run]:
-        """Runs newest first, starting after the keyset position ``after``."""
-        if after is None:
-            rows = await self._pool.fetch(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE project = $1 AND location = $2"
-                " ORDER BY create_time DESC, run_id DESC LIMIT $3",
-                project,
-                location,
-                limit,
-            )
-        else:
-            rows = await self._pool.fetch(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE project = $1 AND location = $2"
-                " AND (create_time, run_id) < ($3, $4)"
-                " ORDER BY create_time DESC, run_id DESC LIMIT $5",
-                project,
-                location,
-                after[0],
-                after[1],
-                limit,
-            )
+        """Live runs matching ``where`` in ``order`` (which must end on a unique key),
+        starting after the keyset position ``after`` (one value per order key).
+        """
+        params: list[object] = [project, location]
+        clauses = ["project = $1", "location = $2", "delete_time IS NULL"]
+        if where is not None:
+            clauses.append(_where(where, params))
+        if after is not None:
+            clauses.append(_keyset(order, after, params))
+        params.append(limit)
+        rows = await self._pool.fetch(
+            f"SELECT {_SELECT} FROM runs WHERE {' AND '.join(clauses)}"
+            f" ORDER BY {_order_sql(order)} LIMIT ${len(params)}",
+            *params,
+        )
         return [_run_from(row) for row in rows]

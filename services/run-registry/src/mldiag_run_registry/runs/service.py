@@ -1,21 +1,135 @@
-"""Runs: creating, reading and listing them (no SQL, no bus client here)."""
+"""Runs: creating, reading, listing, updating and deleting them, and their lifecycle
+(no SQL, no bus client here).
 
+Lifecycle: a run is ACTIVE until it is set COMPLETED or FAILED (``endTime`` is set then).
+An ended run refuses updates except a resume: ``runPhase`` ACTIVE with the run's own
+``workloadId`` (the same workload restarting). Deleting is soft: ``deleteTime`` is set, and
+the run and everything recorded against it stop being served (404), but its id stays taken.
+
+Every write returns a done :class:`Operation`, stored in the write's transaction, and its
+facts (RunCreated, RunUpdated, RunPhaseChanged, RunDeleted) go out through the outbox after
+commit.
+"""
+
+import hashlib
+import secrets
+import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 import structlog
+from pydantic.alias_generators import to_camel, to_snake
 
+from mldiag_platform.errors import InvalidArgument
 from mldiag_platform.outbox import Flusher
 from mldiag_run_registry.errors import InvalidPageToken, InvalidRunId
+from mldiag_run_registry.filtering import (
+    FieldSpec,
+    Kind,
+    OrderKey,
+    field_table,
+    parse_filter,
+    parse_order_by,
+)
+from mldiag_run_registry.operations.service import new_operation_id
 from mldiag_run_registry.paging import decode_token, encode_token, page_size
-from mldiag_run_registry.runs.errors import RunAlreadyExists, RunNotFound
+from mldiag_run_registry.runs.errors import (
+    EtagMismatch,
+    EtagRequired,
+    InvalidUpdateMask,
+    LogicalIdRequired,
+    RunAlreadyExists,
+    RunEnded,
+    RunNotFound,
+    RunWasDeleted,
+)
 from mldiag_run_registry.runs.repository import RunRepository
-from mldiag_schemas.ids import is_run_id, new_run_id, run_name
-from mldiag_schemas.runs import CreateRunRequest, ListRunsResponse, Run, RunCreated, RunState
+from mldiag_schemas.envelope import Envelope
+from mldiag_schemas.ids import derived_id, is_run_id, new_run_id, run_name
+from mldiag_schemas.operations import Operation, OperationMetadata, OperationVerb
+from mldiag_schemas.runs import (
+    Artifacts,
+    Configs,
+    CreateRunRequest,
+    CustomWorkload,
+    ErrorDetails,
+    ListRunsResponse,
+    Orchestrator,
+    Run,
+    RunCreated,
+    RunDeleted,
+    RunPhase,
+    RunPhaseChanged,
+    RunState,
+    RunUpdated,
+    SelfHostedRun,
+    SelfHostedRunRequest,
+    SelfHostedWorkload,
+    UpdateRunRequest,
+    WorkloadDetails,
+)
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_PAGE_SIZE = 10
 MAX_PAGE_SIZE = 1000
+DEFAULT_ORDER = (OrderKey("createTime", descending=True),)
+
+# Run ids the official SDK's logical ids map to when they are not valid run ids themselves.
+_LOGICAL_ID_NAMESPACE = uuid.UUID("6b1d3c52-4a8e-4f0e-9a57-3f2f3f6d8e11")
+
+
+def _run_state(value: str) -> str | None:
+    candidate = value if value.startswith("STATE_") else f"STATE_{value}"
+    return candidate if candidate in set(RunState) else None
+
+
+def _run_phase(value: str) -> str | None:
+    return value if value in set(RunPhase) else None
+
+
+def _orchestrator(value: str) -> str | None:
+    return value if value in set(Orchestrator) else None
+
+
+FIELDS = field_table(
+    (
+        FieldSpec("runId", Kind.STRING, aliases=("run_id",)),
+        FieldSpec("displayName", Kind.STRING, aliases=("display_name",)),
+        FieldSpec("runSet", Kind.STRING, aliases=("run_set",)),
+        FieldSpec("state", Kind.ENUM, normalise=_run_state),
+        FieldSpec("runPhase", Kind.ENUM, aliases=("run_phase",), normalise=_run_phase),
+        FieldSpec("orchestrator", Kind.ENUM, normalise=_orchestrator),
+        FieldSpec("workloadId", Kind.STRING, aliases=("workload_id",)),
+        FieldSpec("labels", Kind.MAP, orderable=False),
+        FieldSpec("createTime", Kind.TIMESTAMP, aliases=("create_time",)),
+        FieldSpec("updateTime", Kind.TIMESTAMP, aliases=("update_time",)),
+    )
+)
+"""What a runs filter and orderBy may name (camelCase, or the snake_case of the v1alpha API)."""
+
+_TIMESTAMP_FIELDS = {"createTime", "updateTime"}
+
+# Update mask paths (snake_case) a PATCH may name.
+_SETTABLE = (
+    "display_name",
+    "run_set",
+    "labels",
+    "configs",
+    "artifacts",
+    "orchestrator",
+    "workload_details",
+    "run_phase",
+    "error_details",
+    "workload_id",
+    "logical_id",
+)
+_SUB_PATHS = {
+    "configs.software_configs",
+    "configs.hardware_configs",
+    "configs.user_configs",
+    "artifacts.gcs_path",
+}
 
 
 def check_run_id(run_id: str) -> None:
@@ -26,6 +140,90 @@ def check_run_id(run_id: str) -> None:
         )
 
 
+def _new_etag() -> str:
+    return secrets.token_hex(8)
+
+
+def _order_value(run: Run, field: str) -> str | datetime:
+    values: dict[str, str | datetime] = {
+        "runId": run.run_id,
+        "displayName": run.display_name,
+        "runSet": run.run_set,
+        "state": run.state.value,
+        "runPhase": run.run_phase.value,
+        "orchestrator": run.orchestrator.value,
+        "workloadId": run.workload_id,
+        "createTime": run.create_time,
+        "updateTime": run.update_time,
+    }
+    return values[field]
+
+
+def _operation(
+    verb: OperationVerb, run: Run, now: datetime, project: str, location: str
+) -> Operation:
+    return Operation(
+        name=f"projects/{project}/locations/{location}/operations/{new_operation_id()}",
+        done=True,
+        metadata=OperationMetadata(verb=verb, target=run.name, create_time=now, end_time=now),
+        response=run,
+    )
+
+
+def parse_update_mask(text: str | None, body: UpdateRunRequest) -> list[str]:
+    """The snake_case paths an update changes: the mask's, or the settable fields sent."""
+    if text is None or not text.strip():
+        return [name for name in _SETTABLE if name in body.model_fields_set]
+    paths: list[str] = []
+    for raw in text.split(","):
+        path = raw.strip()
+        if path == "*":
+            paths.extend(name for name in _SETTABLE if name not in paths)
+            continue
+        snake = ".".join(to_snake(part) for part in path.split("."))
+        if snake not in _SETTABLE and snake not in _SUB_PATHS:
+            allowed = ", ".join(to_camel(name) for name in _SETTABLE)
+            raise InvalidUpdateMask(
+                f"updateMask names {path!r}, which cannot be set (settable: {allowed})"
+            )
+        if snake not in paths:
+            paths.append(snake)
+    return paths
+
+
+def _masked_changes(run: Run, body: UpdateRunRequest, paths: list[str]) -> dict[str, Any]:
+    """The new values of the masked fields (absent from the body: cleared to the default)."""
+    changes: dict[str, Any] = {}
+    for path in paths:
+        if path in {"display_name", "run_set", "run_phase"}:
+            value = getattr(body, path)
+            if value is None:
+                raise InvalidArgument(
+                    f"{to_camel(path)} cannot be cleared", details=[{"field": to_camel(path)}]
+                )
+            changes[path] = value
+        elif path == "labels":
+            changes[path] = body.labels or {}
+        elif path == "configs":
+            changes[path] = body.configs or Configs()
+        elif path.startswith("configs."):
+            part = path.split(".", 1)[1]
+            current = changes.get("configs", run.configs)
+            value = getattr(body.configs, part) if body.configs else {}
+            changes["configs"] = current.model_copy(update={part: value})
+        elif path in {"artifacts", "artifacts.gcs_path"}:
+            changes["artifacts"] = body.artifacts or Artifacts()
+        elif path == "orchestrator":
+            changes[path] = body.orchestrator or Orchestrator.UNSPECIFIED
+        elif path == "workload_details":
+            changes[path] = body.workload_details or WorkloadDetails()
+        elif path == "error_details":
+            changes[path] = body.error_details
+        elif path in ("workload_id", "logical_id"):
+            changes[path] = getattr(body, path) or ""
+    return changes
+
+
 class RunService:
     """The run resource."""
 
@@ -33,31 +231,55 @@ class RunService:
         self._repository = repository
         self._outbox = outbox
 
-    async def create_run(self, project: str, location: str, request: CreateRunRequest) -> Run:
-        """Create a run (ACTIVE) and announce it once committed."""
+    # --- create ---------------------------------------------------------------------------
+
+    async def create_run(self, project: str, location: str, request: CreateRunRequest) -> Operation:
+        """Create a run and announce it once committed; a done create operation."""
         now = datetime.now(UTC)
         run_id = request.run_id or new_run_id()
+        phase = request.run_phase
         run = Run(
             name=run_name(project, location, run_id),
             run_id=run_id,
             display_name=request.display_name,
             run_set=request.run_set,
             labels=request.labels,
-            state=RunState.ACTIVE,
+            configs=request.configs,
+            artifacts=request.artifacts,
+            orchestrator=request.orchestrator,
+            workload_details=request.workload_details,
+            run_phase=phase,
+            state=phase.state,
+            etag=_new_etag(),
             create_time=now,
             update_time=now,
+            end_time=now if phase.terminal else None,
+            error_details=request.error_details,
+            workload_id=request.workload_id,
+            logical_id=request.logical_id,
         )
+        return await self._insert(project, location, run, now)
+
+    async def _insert(self, project: str, location: str, run: Run, now: datetime) -> Operation:
+        operation = _operation(OperationVerb.CREATE, run, now, project, location)
         created = await self._repository.insert_run(
-            project, location, run, [RunCreated(occurred_at=now, run=run)]
+            project, location, run, operation, [RunCreated(occurred_at=now, run=run)]
         )
         if not created:
-            raise RunAlreadyExists(f"run {run_id!r} already exists")
+            raise RunAlreadyExists(
+                f"run {run.run_id!r} (or a run with logicalId {run.logical_id!r}) already"
+                " exists; a deleted run keeps its id"
+                if run.logical_id
+                else f"run {run.run_id!r} already exists; a deleted run keeps its id"
+            )
         await self._outbox.flush()
-        log.info("run.created", run_id=run_id, project=project)
-        return run
+        log.info("run.created", run_id=run.run_id, project=project, location=location)
+        return operation
+
+    # --- read -----------------------------------------------------------------------------
 
     async def get_run(self, project: str, location: str, run_id: str) -> Run:
-        """The run, or :class:`RunNotFound`."""
+        """The live run, or :class:`RunNotFound` (deleted runs are not found)."""
         check_run_id(run_id)
         run = await self._repository.get_run(project, location, run_id)
         if run is None:
@@ -65,20 +287,346 @@ class RunService:
         return run
 
     async def list_runs(
-        self, project: str, location: str, requested_size: int | None, page_token: str
+        self,
+        project: str,
+        location: str,
+        requested_size: int | None,
+        page_token: str,
+        filter_text: str = "",
+        order_by: str = "",
     ) -> ListRunsResponse:
-        """A page of runs, newest first."""
+        """A page of live runs matching ``filter_text``, in ``order_by`` (newest first)."""
         size = page_size(requested_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        after = None
-        if page_token:
-            fields = decode_token(page_token)
-            try:
-                after = (datetime.fromisoformat(fields["t"]), str(fields["r"]))
-            except (KeyError, TypeError, ValueError):
-                raise InvalidPageToken("the page token is not valid") from None
-        runs = await self._repository.list_runs(project, location, size + 1, after)
+        where = parse_filter(filter_text, FIELDS)
+        order = parse_order_by(order_by, FIELDS) if order_by.strip() else list(DEFAULT_ORDER)
+        if not any(key.field == "runId" for key in order):
+            order.append(OrderKey("runId", descending=order[-1].descending))
+        query = hashlib.sha256(f"{filter_text}\0{order_by}".encode()).hexdigest()[:16]
+        after = self._decode_position(page_token, order, query) if page_token else None
+        runs = await self._repository.list_runs(project, location, where, order, size + 1, after)
         token = ""
         if len(runs) > size:
             runs = runs[:size]
-            token = encode_token({"t": runs[-1].create_time.isoformat(), "r": runs[-1].run_id})
+            last = runs[-1]
+            values = [_order_value(last, key.field) for key in order]
+            token = encode_token(
+                {
+                    "k": [v.isoformat() if isinstance(v, datetime) else v for v in values],
+                    "q": query,
+                }
+            )
         return ListRunsResponse(machine_learning_runs=runs, next_page_token=token)
+
+    @staticmethod
+    def _decode_position(token: str, order: list[OrderKey], query: str) -> list[object]:
+        fields = decode_token(token)
+        values = fields.get("k")
+        if fields.get("q") != query or not isinstance(values, list) or len(values) != len(order):
+            raise InvalidPageToken("the page token is not valid for this filter and orderBy")
+        try:
+            return [
+                datetime.fromisoformat(value) if key.field in _TIMESTAMP_FIELDS else str(value)
+                for key, value in zip(order, values, strict=True)
+            ]
+        except (TypeError, ValueError):
+            raise InvalidPageToken("the page token is not valid") from None
+
+    # --- update ---------------------------------------------------------------------------
+
+    async def update_run(
+        self,
+        project: str,
+        location: str,
+        run_id: str,
+        body: UpdateRunRequest,
+        update_mask: str | None,
+        *,
+        allow_missing: bool = False,
+    ) -> Operation:
+        """Apply the masked fields, checking the etag and the lifecycle; a done operation.
+
+        With ``allow_missing`` a missing run is created from the body (AIP-134 upsert), and
+        the etag becomes optional (checked when sent).
+        """
+        check_run_id(run_id)
+        paths = parse_update_mask(update_mask, body)
+        run = await self._repository.get_run(project, location, run_id)
+        if run is None:
+            if not allow_missing:
+                raise RunNotFound(f"run {run_name(project, location, run_id)!r} not found")
+            return await self.create_run(project, location, self._create_request(run_id, body))
+        changes = _masked_changes(run, body, paths)  # a bad body is a 400 before any 409
+        if not body.etag and not allow_missing:
+            raise EtagRequired("an update must carry the run's etag (read it with a GET)")
+        if body.etag and body.etag != run.etag:
+            raise EtagMismatch(
+                f"etag {body.etag!r} is stale: the run changed since it was read"
+                f" (current etag {run.etag!r}); get the run again and retry"
+            )
+        resume = (
+            run.run_phase.terminal
+            and changes.get("run_phase") is RunPhase.ACTIVE
+            and "workload_id" in body.model_fields_set
+            and body.workload_id == run.workload_id
+        )
+        if run.run_phase.terminal and not resume:
+            raise RunEnded(
+                f"run {run.name!r} is {run.run_phase.value}: it only accepts a resume"
+                " (runPhase ACTIVE with its own workloadId)"
+            )
+        return await self._replace(project, location, run, changes, paths)
+
+    @staticmethod
+    def _create_request(run_id: str, body: UpdateRunRequest) -> CreateRunRequest:
+        fields = {
+            name: getattr(body, name) for name in _SETTABLE if getattr(body, name) is not None
+        }
+        if "display_name" not in fields:
+            raise InvalidArgument(
+                "creating a run (allowMissing) needs a displayName",
+                details=[{"field": "displayName", "problem": "required"}],
+            )
+        return CreateRunRequest.model_validate({"run_id": run_id, **fields})
+
+    async def _replace(
+        self,
+        project: str,
+        location: str,
+        run: Run,
+        changes: dict[str, Any],
+        paths: list[str],
+    ) -> Operation:
+        now = datetime.now(UTC)
+        phase: RunPhase = changes.get("run_phase", run.run_phase)
+        if phase is not run.run_phase:
+            changes["state"] = phase.state
+            if phase.terminal:
+                changes["end_time"] = now
+            else:  # a resume: the run is running again
+                changes["end_time"] = None
+                changes["error_details"] = None
+        changes.update(etag=_new_etag(), update_time=now)
+        updated = run.model_copy(update=changes)
+        operation = _operation(OperationVerb.UPDATE, updated, now, project, location)
+        mask = [".".join(to_camel(part) for part in path.split(".")) for path in paths]
+        announce: list[Envelope] = [RunUpdated(occurred_at=now, run=updated, update_mask=mask)]
+        if phase is not run.run_phase:
+            announce.append(
+                RunPhaseChanged(occurred_at=now, run=updated, previous_phase=run.run_phase)
+            )
+        outcome = await self._repository.replace_run(
+            project, location, updated, run.etag, operation, announce
+        )
+        if outcome == "conflict":
+            raise RunAlreadyExists(f"another run has logicalId {updated.logical_id!r}")
+        if outcome == "stale":
+            if await self._repository.get_run(project, location, run.run_id) is None:
+                raise RunNotFound(f"run {run.name!r} not found")
+            raise EtagMismatch(
+                f"run {run.name!r} changed while it was being updated; get it again and retry"
+            )
+        await self._outbox.flush()
+        log.info(
+            "run.updated",
+            run_id=run.run_id,
+            mask=",".join(mask),
+            phase=phase.value,
+            previous_phase=run.run_phase.value,
+        )
+        return operation
+
+    # --- delete ---------------------------------------------------------------------------
+
+    async def delete_run(
+        self, project: str, location: str, run_id: str, etag: str = ""
+    ) -> Operation:
+        """Soft-delete a run (checking ``etag`` when sent); a done delete operation."""
+        run = await self.get_run(project, location, run_id)
+        if etag and etag != run.etag:
+            raise EtagMismatch(
+                f"etag {etag!r} is stale (current etag {run.etag!r}); get the run again"
+            )
+        now = datetime.now(UTC)
+        deleted = run.model_copy(update={"delete_time": now, "etag": _new_etag()})
+        operation = _operation(OperationVerb.DELETE, deleted, now, project, location)
+        outcome = await self._repository.replace_run(
+            project,
+            location,
+            deleted,
+            run.etag,
+            operation,
+            [RunDeleted(occurred_at=now, run=deleted)],
+        )
+        if outcome != "replaced":
+            raise EtagMismatch(f"run {run.name!r} changed while it was being deleted; retry")
+        await self._outbox.flush()
+        log.info("run.deleted", run_id=run_id, project=project, location=location)
+        return operation
+
+    # --- the official SDK's self-hosted contract ------------------------------------------
+
+    async def self_hosted_upsert(
+        self,
+        project: str,
+        location: str,
+        body: SelfHostedRunRequest,
+        *,
+        allow_missing: bool,
+    ) -> SelfHostedRun:
+        """``PATCH /v1/machineLearningRuns`` (no id) from the official SDK: one run per
+        logicalId, created on first sight, refreshed (and resumed if it had ended) after.
+        """
+        if not body.logical_id:
+            raise LogicalIdRequired("the upsert needs a logicalId")
+        for _attempt in range(2):  # a concurrent first upsert from another host wins once
+            run = await self._repository.find_by_logical_id(project, location, body.logical_id)
+            if run is not None and run.delete_time is not None:
+                raise RunWasDeleted(
+                    f"the run of logicalId {body.logical_id!r} ({run.name}) was deleted"
+                )
+            if run is not None:
+                return self_hosted_view(
+                    await self._self_hosted_refresh(project, location, run, body)
+                )
+            if not allow_missing:
+                raise RunNotFound(f"no run has logicalId {body.logical_id!r}")
+            try:
+                operation = await self._insert(
+                    project,
+                    location,
+                    self._self_hosted_run(project, location, body),
+                    datetime.now(UTC),
+                )
+            except RunAlreadyExists:
+                continue
+            assert operation.response is not None  # noqa: S101  # a create always has one
+            return self_hosted_view(operation.response)
+        raise RunAlreadyExists(f"run of logicalId {body.logical_id!r} is being created; retry")
+
+    @staticmethod
+    def _self_hosted_run(project: str, location: str, body: SelfHostedRunRequest) -> Run:
+        logical_id = body.logical_id or ""
+        run_id = (
+            logical_id
+            if is_run_id(logical_id)
+            else str(derived_id(_LOGICAL_ID_NAMESPACE, logical_id))
+        )
+        workload = body.workload or SelfHostedWorkload()
+        now = datetime.now(UTC)
+        return Run(
+            name=run_name(project, location, run_id),
+            run_id=run_id,
+            display_name=(body.display_name or logical_id)[:200],
+            run_set="default",
+            labels={},
+            artifacts=Artifacts(gcs_path=body.base_blob_path or ""),
+            workload_details=WorkloadDetails(
+                custom=CustomWorkload(
+                    id=workload.workload_id or "", display_name=workload.display_name or ""
+                )
+            ),
+            run_phase=RunPhase.ACTIVE,
+            state=RunState.ACTIVE,
+            etag=_new_etag(),
+            create_time=now,
+            update_time=now,
+            workload_id=workload.workload_id or "",
+            logical_id=logical_id,
+            cluster_id=body.cluster_id or "",
+            creator=body.creator or "",
+        )
+
+    async def _self_hosted_refresh(
+        self, project: str, location: str, run: Run, body: SelfHostedRunRequest
+    ) -> Run:
+        workload = body.workload or SelfHostedWorkload()
+        changes: dict[str, Any] = {}
+        if body.display_name:
+            changes["display_name"] = body.display_name[:200]
+        if body.creator is not None:
+            changes["creator"] = body.creator
+        if body.cluster_id is not None:
+            changes["cluster_id"] = body.cluster_id
+        if body.base_blob_path is not None:
+            changes["artifacts"] = Artifacts(gcs_path=body.base_blob_path)
+        if workload.workload_id is not None:
+            changes["workload_id"] = workload.workload_id
+        if workload.workload_id is not None or workload.display_name is not None:
+            custom = run.workload_details.custom or CustomWorkload()
+            changes["workload_details"] = run.workload_details.model_copy(
+                update={
+                    "custom": custom.model_copy(
+                        update={
+                            "id": workload.workload_id or custom.id,
+                            "display_name": workload.display_name or custom.display_name,
+                        }
+                    )
+                }
+            )
+        if run.run_phase.terminal:
+            # The same logical id is the same workload: registering again is a restart.
+            changes["run_phase"] = RunPhase.ACTIVE
+        changed = {key: value for key, value in changes.items() if getattr(run, key) != value}
+        if not changed:
+            return run  # idempotent: every host and every restart upserts the same thing
+        operation = await self._replace(project, location, run, changed, list(changed))
+        assert operation.response is not None  # noqa: S101  # an update always has one
+        return operation.response
+
+    async def self_hosted_set_state(
+        self, project: str, location: str, run_id: str, body: SelfHostedRunRequest
+    ) -> SelfHostedRun:
+        """``PATCH /v1/machineLearningRuns/{id}`` with ``workload.state`` from the official
+        SDK: STATE_RUNNING → ACTIVE (a resume if it had ended), STATE_SUCCEEDED →
+        COMPLETED, STATE_FAILED → FAILED. Repeating the current state writes nothing (the
+        SDK re-sends RUNNING periodically).
+        """
+        run = await self.get_run(project, location, run_id)
+        state = body.workload.state if body.workload else None
+        if state is None:
+            return self_hosted_view(run)
+        phase = {
+            "STATE_RUNNING": RunPhase.ACTIVE,
+            "STATE_SUCCEEDED": RunPhase.COMPLETED,
+            "STATE_FAILED": RunPhase.FAILED,
+        }[state]
+        if phase is run.run_phase:
+            return self_hosted_view(run)
+        if run.run_phase.terminal and phase.terminal:
+            raise RunEnded(f"run {run.name!r} is {run.run_phase.value} already")
+        changes: dict[str, Any] = {"run_phase": phase}
+        if phase is RunPhase.FAILED:
+            changes["error_details"] = ErrorDetails(
+                message="the workload reported STATE_FAILED", reason="WORKLOAD_FAILED"
+            )
+        paths = list(changes)
+        operation = await self._replace(project, location, run, changes, paths)
+        assert operation.response is not None  # noqa: S101  # an update always has one
+        return self_hosted_view(operation.response)
+
+
+def self_hosted_view(run: Run) -> SelfHostedRun:
+    """A run as the official SDK reads it: ``name`` = ``machineLearningRuns/{id}``."""
+    custom = run.workload_details.custom or CustomWorkload()
+    state = {
+        RunPhase.ACTIVE: "STATE_RUNNING",
+        RunPhase.COMPLETED: "STATE_SUCCEEDED",
+        RunPhase.FAILED: "STATE_FAILED",
+    }[run.run_phase]
+    return SelfHostedRun(
+        name=f"machineLearningRuns/{run.run_id}",
+        logical_id=run.logical_id,
+        display_name=run.display_name,
+        creator=run.creator,
+        cluster_id=run.cluster_id,
+        base_blob_path=run.artifacts.gcs_path,
+        workload=SelfHostedWorkload.model_validate(
+            {
+                "workload_id": run.workload_id or custom.id,
+                "display_name": custom.display_name or run.display_name,
+                "state": state,
+            }
+        ),
+        create_time=run.create_time,
+        update_time=run.update_time,
+    )

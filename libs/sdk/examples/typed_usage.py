@@ -1,0 +1,54 @@
+"""Typed usage examples of the SDK, checked by mypy (strict) with the rest of the repository.
+
+Not run by the tests; each function shows one way in and must keep type-checking.
+"""
+
+import mldiag
+
+
+def pythonic(losses: list[float]) -> None:
+    """``init`` / ``log`` / a ``with`` block that marks the run COMPLETED or FAILED."""
+    with mldiag.init(name="llama-8b", run_set="pretrain", configs={"lr": 3e-4}) as run:
+        for loss in losses:
+            run.log({"loss": loss, "learning_rate": 3e-4})  # step 0, 1, 2, ...
+        run.log({"eval_loss": 1.5}, step=run.step, labels={"split": "validation"})
+        sent: bool = run.flush(timeout=5.0)
+        print(run.run_id, run.host, run.process_index, sent)  # noqa: T201  # an example
+
+
+def explicit_lifecycle() -> None:
+    """Start and finish by hand, with a deterministic run for every host of one job."""
+    run: mldiag.Run = mldiag.init(
+        name="sweep-3",
+        workload_id="sweep-3",
+        api_url="http://127.0.0.1:8080",
+        ingestion_url="http://127.0.0.1:8081",
+        shutdown_timeout=5.0,
+    )
+    try:
+        run.log({"loss": 0.5}, step=10)
+    except KeyboardInterrupt:
+        run.finish("FAILED", error="interrupted")
+        raise
+    all_sent: bool = run.finish(mldiag.RunPhase.COMPLETED)  # reports, never raises
+    if not all_sent:
+        print("the rest stays spooled and is replayed by the next run")  # noqa: T201
+
+
+def official_names(step: int) -> None:
+    """The official SDK's names: moving over is an import change."""
+    run = mldiag.machinelearning_run(
+        name="gemma",
+        run_group="finetune",
+        configs={"batch_size": 32},
+        gcs_path="gs://bucket/runs",
+        base_url="http://127.0.0.1:8080",
+    )
+    mldiag.metrics.record("loss", 0.25, step=step)
+    mldiag.metrics.record("throughput", 1200.0, labels={"device": "0"})
+    mldiag.metrics.record_metrics(
+        [{"metric_name": "mfu", "value": 41.0}, {"metric_name": "tflops", "value": 310.0}],
+        step=step,
+    )
+    assert mldiag.current_run() is run  # noqa: S101  # an example
+    run.finish()

@@ -1,0 +1,94 @@
+"""SDK settings: arguments first, then ``MLDIAG_*`` environment variables, then defaults.
+
+Read when a run starts (never at import), so a launcher can set the environment late.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from mldiag.spool import default_root
+
+DEFAULT_API_URL = "http://127.0.0.1:8080"
+"""The run registry's API when neither an argument nor ``MLDIAG_API_URL`` names one."""
+
+DEFAULT_INGESTION_URL = "http://127.0.0.1:8081"
+"""Ingestion's HTTP endpoint when neither an argument nor ``MLDIAG_INGESTION_URL`` names one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """How the SDK talks to the platform and how much it may hold back.
+
+    Attributes:
+        api_url: Base URL of the run registry (runs are created and updated there).
+        ingestion_url: Base URL of ingestion (metric batches are posted there).
+        token: API token sent as ``Authorization: Bearer``; empty for none.
+        spool_dir: Root of the disk spool (one directory per run and writer).
+        batch_points: A batch is sent once this many points are buffered.
+        flush_interval: ... or once the oldest buffered point is this many seconds old.
+        max_buffered_points: Bound of the in-memory buffer (see :mod:`mldiag.run`).
+        shutdown_timeout: Most seconds ``finish`` and the exit hook spend sending.
+        request_timeout: Timeout of one HTTP request, in seconds.
+        max_backoff: Longest wait between retries while the platform is unreachable.
+    """
+
+    api_url: str = DEFAULT_API_URL
+    ingestion_url: str = DEFAULT_INGESTION_URL
+    token: str = ""
+    spool_dir: Path | None = None
+    batch_points: int = 5_000
+    flush_interval: float = 1.0
+    max_buffered_points: int = 500_000
+    shutdown_timeout: float = 10.0
+    request_timeout: float = 5.0
+    max_backoff: float = 30.0
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        api_url: str | None = None,
+        ingestion_url: str | None = None,
+        token: str | None = None,
+        spool_dir: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        tuning: Mapping[str, float] | None = None,
+    ) -> Settings:
+        """Settings from arguments, else the environment, else the defaults.
+
+        ``tuning`` overrides the numeric fields by name (``batch_points``, ``flush_interval``,
+        ``max_buffered_points``, ``shutdown_timeout``, ``request_timeout``, ``max_backoff``).
+        """
+        env = os.environ if env is None else env
+        root = spool_dir if spool_dir is not None else env.get("MLDIAG_SPOOL_DIR")
+        settings = cls(
+            api_url=(api_url or env.get("MLDIAG_API_URL") or DEFAULT_API_URL).rstrip("/"),
+            ingestion_url=(
+                ingestion_url or env.get("MLDIAG_INGESTION_URL") or DEFAULT_INGESTION_URL
+            ).rstrip("/"),
+            token=token if token is not None else env.get("MLDIAG_TOKEN", ""),
+            spool_dir=Path(root) if root else default_root(),
+        )
+        if not tuning:
+            return settings
+        unknown = set(tuning) - _TUNABLE
+        if unknown:
+            raise TypeError(f"unknown settings: {sorted(unknown)}")
+        return dataclasses.replace(settings, **tuning)  # type: ignore[arg-type]  # names checked
+
+
+_TUNABLE = frozenset(
+    {
+        "batch_points",
+        "flush_interval",
+        "max_buffered_points",
+        "shutdown_timeout",
+        "request_timeout",
+        "max_backoff",
+    }
+)

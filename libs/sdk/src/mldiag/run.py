@@ -1,0 +1,511 @@
+"""A run as the training program sees it: ``init``, ``log``, ``finish``, and exit handling.
+
+``log`` only appends to an in-memory buffer; everything else (conversion, batching, disk,
+network) happens on the SDK's threads (see :mod:`mldiag.pipeline`). Buffer policy: about
+``max_buffered_points`` points wait in memory (twice that at the very most); a ``log`` call
+that finds the buffer full spills a batch to the disk spool in the caller's thread instead of
+dropping points (a rare cost that only a producer outrunning the encoder can trigger).
+Without a writable spool directory, batches wait in a bounded memory queue that drops its
+oldest when full.
+
+Only process 0 creates the run and changes its phase; every process records, each series
+tagged with its host. At exit the run is marked COMPLETED, or FAILED on an uncaught exception
+or a SIGTERM (any handler installed before keeps being called).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from types import FrameType, TracebackType
+from typing import Any, Literal, Self
+
+from mldiag.config import Settings
+from mldiag.control import ControlStatus, HttpRunControl, RunControl, RunPhase, RunSpec
+from mldiag.encoding import Encoder
+from mldiag.environment import run_configs
+from mldiag.identity import host_name, process_index, resolve_run_id
+from mldiag.pipeline import Pipeline
+from mldiag.spool import BatchQueue, MemoryQueue, Spool, SpoolError, orphan_spools, writer_name
+from mldiag.system import Sample, SystemSampler
+from mldiag.transport import MetricsWriter, client
+
+logger = logging.getLogger("mldiag")
+
+Status = Literal["COMPLETED", "FAILED"] | RunPhase
+"""How a run ended: ``"COMPLETED"`` or ``"FAILED"`` (or the :class:`RunPhase`)."""
+
+_SignalHandler = Callable[[int, FrameType | None], Any] | int | None
+
+_current: Run | None = None
+_current_lock = threading.Lock()
+
+
+def current_run() -> Run | None:
+    """The run started last by :func:`init` in this process and not finished yet."""
+    return _current
+
+
+class Run:
+    """One process's handle on a run. Create it with :func:`init`."""
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        settings: Settings,
+        *,
+        process_index: int,
+        host: str,
+        control: RunControl | None,
+        handle_exit: bool = True,
+        replay_all: bool = True,
+        system_metrics_interval: float | None = None,
+    ) -> None:
+        self.spec = spec
+        self.settings = settings
+        self.process_index = process_index
+        self.host = host
+        self._control = control if process_index == 0 else None
+        self._next_step = 0
+        self._finished = False
+        self._finish_lock = threading.RLock()  # re-entrant: SIGTERM may land inside finish
+        self._exit_error: str | None = None
+        self._run_ready = self._control is None
+        self._http = client(settings.token, settings.request_timeout)
+        queue, orphans = self._open_spool(replay_all)
+        dead_letters = settings.spool_dir / "dead-letter" if settings.spool_dir else None
+        self._pipeline = Pipeline(
+            settings,
+            queue,
+            MetricsWriter(self._http, settings.ingestion_url),
+            Encoder(host, process_index),
+            orphans=orphans,
+            dead_letter_dir=dead_letters,
+            before_send=self._ensure_run if self._control is not None else None,
+        )
+        self._pipeline.start()
+        self._sampler: SystemSampler | None = None
+        if system_metrics_interval is not None and os.environ.get("LOCAL_RANK", "0") == "0":
+            self._sampler = SystemSampler(self._record_system, system_metrics_interval)
+            self._sampler.start()
+        self._previous_excepthook: Callable[..., Any] | None = None
+        self._previous_sigterm: _SignalHandler = None
+        if handle_exit:
+            self._install_exit_hooks()
+        # A forked child (a data-loader worker) shares the spool files and the run but not
+        # the threads: it must neither write nor end the run.
+        reference = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _disable_in_child(reference))
+
+    # -- identity ----------------------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        """The run's id (the last segment of its resource name)."""
+        return self.spec.run_id
+
+    @property
+    def name(self) -> str:
+        """The run's display name."""
+        return self.spec.display_name
+
+    @property
+    def is_primary(self) -> bool:
+        """Whether this process (index 0) is the one that changes the run."""
+        return self.process_index == 0
+
+    @property
+    def step(self) -> int:
+        """The step the next ``log`` without ``step`` will use."""
+        return self._next_step
+
+    # -- recording ---------------------------------------------------------------------
+
+    def log(
+        self,
+        metrics: Mapping[str, Any],
+        step: int | None = None,
+        *,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        """Record ``metrics`` (name → number, numpy/JAX scalar or array) at ``step``.
+
+        Without ``step``, the step after the last one logged is used (0 first). Never does
+        I/O, never waits for a device and never raises for telemetry reasons: arrays are kept
+        as references and converted on the SDK's thread.
+        """
+        if self._finished:
+            return
+        if step is None:
+            step = self._next_step
+        elif type(step) is not int:
+            try:
+                step = int(step)
+            except (TypeError, ValueError):
+                logger.warning("mldiag.log.bad_step step=%r (call dropped)", step)
+                return
+        if step < 0:
+            logger.warning("mldiag.log.bad_step step=%d (call dropped)", step)
+            return
+        try:
+            values = dict(metrics)  # a copy: callers often reuse and mutate their dict
+        except (TypeError, ValueError):
+            logger.warning("mldiag.log.bad_metrics type=%s (call dropped)", type(metrics))
+            return
+        self._next_step = step + 1
+        self._pipeline.put(step, values, labels)
+
+    def record(
+        self,
+        metric_name: str,
+        value: Any,
+        step: int | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        """Record one value; without ``step``, at the current step (the last one logged).
+
+        Unlike :meth:`log`, this does not advance the step: several metrics recorded one
+        by one belong to the same step.
+        """
+        if self._finished:
+            return
+        if step is None:
+            step = max(self._next_step - 1, 0)
+        else:
+            self._next_step = max(self._next_step, int(step) + 1)
+        self._pipeline.put(int(step), {metric_name: value}, labels)
+
+    def _record_system(self, sample: Sample) -> None:
+        """Record one system sample at the current step (one host sampler per machine)."""
+        step = max(self._next_step - 1, 0)
+        by_device: dict[str, dict[str, float]] = {}
+        for (name, device), value in sample.items():
+            by_device.setdefault(device, {})[name] = value
+        for device, values in by_device.items():
+            self._pipeline.put(step, values, {"device": device} if device else None)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Send everything buffered; wait at most ``timeout`` seconds. True when all sent."""
+        limit = self.settings.shutdown_timeout if timeout is None else timeout
+        return self._pipeline.flush(limit)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def finish(
+        self,
+        status: Status = "COMPLETED",
+        error: str | None = None,
+        timeout: float | None = None,
+    ) -> bool:
+        """Flush, set the run's phase (process 0), and stop; bounded by ``timeout`` seconds.
+
+        ``timeout`` defaults to ``shutdown_timeout``. What could not be sent in time stays
+        in the spool and is replayed by the next process that uses it. Returns whether
+        every point was sent. Calling it again does nothing.
+        """
+        with self._finish_lock:
+            if self._finished:
+                return True
+            self._finished = True
+        global _current  # noqa: PLW0603  # the module-level "current run" of metrics.record
+        with _current_lock:
+            if _current is self:
+                _current = None
+        self._remove_exit_hooks()
+        if self._sampler is not None:
+            self._sampler.stop()
+        limit = self.settings.shutdown_timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        # Keep a slice of the time for the phase update: the last thing a user sees.
+        reserve = min(2.0, limit / 4) if self._control is not None else 0.0
+        sent = self._pipeline.close(max(limit - reserve, 0.0))
+        if self._control is not None:
+            phase = RunPhase(status)
+            self._set_phase(phase, error, deadline)
+        if sent:
+            self._http.close()
+        return sent
+
+    def _ensure_run(self, timeout: float) -> bool:
+        """Create or attach to the run (sender thread); True once done or given up."""
+        if self._control is None:
+            return True
+        status = self._control.ensure_run(self.spec, timeout)
+        self._run_ready = status in (ControlStatus.DONE, ControlStatus.ATTACHED)
+        if status is ControlStatus.ATTACHED and not self._finished:
+            # A restart resumes the run: whatever ended it before, it is running again.
+            self._control.set_phase(self.run_id, RunPhase.ACTIVE, None, timeout)
+        return status is not ControlStatus.RETRY
+
+    def _set_phase(self, phase: RunPhase, error: str | None, deadline: float) -> None:
+        assert self._control is not None  # noqa: S101  # callers check
+        if not self._run_ready:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._ensure_run(min(remaining, self.settings.request_timeout))
+        while (remaining := deadline - time.monotonic()) > 0:
+            status = self._control.set_phase(
+                self.run_id, phase, error, min(remaining, self.settings.request_timeout)
+            )
+            if status is not ControlStatus.RETRY:
+                return
+            time.sleep(min(0.25, max(deadline - time.monotonic(), 0.0)))
+        logger.warning("mldiag.run.phase_not_set run=%s phase=%s", self.run_id, phase.value)
+
+    def __enter__(self) -> Self:
+        """The run itself; leaving the block finishes it."""
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """COMPLETED on a normal exit, FAILED with the error when an exception escapes."""
+        if exc is None:
+            self.finish("COMPLETED")
+        else:
+            self.finish("FAILED", error=_describe(exc))
+
+    # -- exit handling -----------------------------------------------------------------
+
+    def _install_exit_hooks(self) -> None:
+        atexit.register(self._at_exit)
+        self._previous_excepthook = sys.excepthook
+        sys.excepthook = self._excepthook
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be installed from the main thread
+        with contextlib.suppress(ValueError, OSError):
+            previous = signal.getsignal(signal.SIGTERM)
+            if previous is not signal.SIG_IGN:
+                self._previous_sigterm = previous
+                signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _remove_exit_hooks(self) -> None:
+        atexit.unregister(self._at_exit)
+        if sys.excepthook == self._excepthook:
+            sys.excepthook = self._previous_excepthook or sys.__excepthook__
+        if threading.current_thread() is threading.main_thread():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+                    signal.signal(signal.SIGTERM, self._previous_sigterm or signal.SIG_DFL)
+
+    def _excepthook(
+        self,
+        exc_type: type[BaseException],
+        exc: BaseException,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._exit_error = _describe(exc)
+        previous = self._previous_excepthook or sys.__excepthook__
+        previous(exc_type, exc, traceback)
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self._exit_error = f"terminated by signal {signal.Signals(signum).name}"
+        previous = self._previous_sigterm
+        if callable(previous):
+            # The program's own handler decides what happens next; the exit hook finishes
+            # the run as FAILED with this reason whenever the process does exit.
+            previous(signum, frame)
+            return
+        self.finish("FAILED", error=self._exit_error)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def _at_exit(self) -> None:
+        if self._exit_error is not None:
+            self.finish("FAILED", error=self._exit_error)
+        else:
+            self.finish("COMPLETED")
+
+    # -- spool -------------------------------------------------------------------------
+
+    def _open_spool(self, replay_all: bool) -> tuple[BatchQueue, list[Spool]]:
+        root = self.settings.spool_dir
+        if root is None:
+            return MemoryQueue(self.run_id), []
+        name = writer_name(self.host, self.process_index)
+        directory = root / self.run_id / name
+        try:
+            try:
+                spool = Spool(directory, self.run_id)
+            except SpoolError:  # the same host and index live twice: a directory of its own
+                directory = root / self.run_id / f"{name}-{os.getpid()}"
+                spool = Spool(directory, self.run_id)
+        except OSError as error:
+            logger.warning(
+                "mldiag.spool.unavailable dir=%s error=%s (batches wait in memory)", root, error
+            )
+            return MemoryQueue(self.run_id), []
+        try:
+            only = None if replay_all else self.run_id
+            orphans = orphan_spools(root, exclude=directory, run_id=only)
+        except OSError:
+            orphans = []
+        return spool, orphans
+
+
+def init(
+    name: str = "",
+    run_set: str = "default",
+    configs: Mapping[str, Any] | None = None,
+    *,
+    run_id: str | None = None,
+    workload_id: str | None = None,
+    api_url: str | None = None,
+    ingestion_url: str | None = None,
+    token: str | None = None,
+    process_index: int | None = None,
+    labels: Mapping[str, str] | None = None,
+    spool_dir: str | os.PathLike[str] | None = None,
+    gcs_path: str = "",
+    create_run: bool = True,
+    handle_exit: bool = True,
+    replay_all: bool = True,
+    shutdown_timeout: float | None = None,
+    batch_points: int | None = None,
+    flush_interval: float | None = None,
+    max_buffered_points: int | None = None,
+    request_timeout: float | None = None,
+    log_system_metrics: bool = False,
+    system_metrics_interval: float = 10.0,
+    control: RunControl | None = None,
+) -> Run:
+    """Start recording a run, creating it (process 0) or attaching to it.
+
+    Nothing here waits for the network: the run is created on the SDK's thread, and the
+    run id is known at once (``run_id``, ``MLDIAG_RUN_ID``, derived from ``workload_id`` /
+    the Slurm or Kubernetes job, else random). Spooled batches of earlier processes are
+    replayed (those of every run when ``replay_all``, else this run's only).
+
+    Args:
+        name: Display name (defaults to the run id).
+        run_set: Group of related runs.
+        configs: User configs, stored with the run alongside software/hardware configs.
+        run_id: Explicit run id.
+        workload_id: Stable workload name the run id is derived from.
+        api_url: Run registry URL (``MLDIAG_API_URL``).
+        ingestion_url: Ingestion URL (``MLDIAG_INGESTION_URL``).
+        token: API token (``MLDIAG_TOKEN``).
+        process_index: This process's index; only 0 changes the run.
+        labels: Labels of the run resource.
+        spool_dir: Root of the disk spool (``MLDIAG_SPOOL_DIR``).
+        gcs_path: Where the run's artifacts live.
+        create_run: False to only record metrics (the run is managed elsewhere).
+        handle_exit: Mark the run at exit, on uncaught exceptions and on SIGTERM.
+        replay_all: Replay orphaned spools of every run, not only this one.
+        shutdown_timeout: Most seconds ``finish`` / exit spend sending (default 10).
+        batch_points: Points per batch (default 5000).
+        flush_interval: Most seconds a point waits before it is sent (default 1).
+        max_buffered_points: Bound of the in-memory buffer (default 500,000).
+        request_timeout: Seconds per HTTP request (default 5).
+        log_system_metrics: Sample host CPU/memory (psutil) and GPUs (NVML) when installed.
+        system_metrics_interval: Seconds between two system samples.
+        control: Replaces the HTTP :class:`RunControl` (tests, other backends).
+    """
+    overrides = {
+        key: value
+        for key, value in (
+            ("shutdown_timeout", shutdown_timeout),
+            ("batch_points", batch_points),
+            ("flush_interval", flush_interval),
+            ("max_buffered_points", max_buffered_points),
+            ("request_timeout", request_timeout),
+        )
+        if value is not None
+    }
+    settings = Settings.resolve(
+        api_url=api_url,
+        ingestion_url=ingestion_url,
+        token=token,
+        spool_dir=spool_dir,
+        tuning=overrides,
+    )
+    resolved_id = resolve_run_id(run_id, workload_id)
+    spec = RunSpec(
+        run_id=resolved_id,
+        display_name=name or resolved_id,
+        run_set=run_set or "default",
+        labels=dict(labels or {}),
+        configs=run_configs(configs),
+        gcs_path=gcs_path,
+    )
+    run_control: RunControl | None = None
+    if create_run:
+        run_control = control or HttpRunControl(
+            client(settings.token, settings.request_timeout), settings.api_url
+        )
+    run = Run(
+        spec,
+        settings,
+        process_index=process_index_of(process_index),
+        host=host_name(),
+        control=run_control,
+        handle_exit=handle_exit,
+        replay_all=replay_all,
+        system_metrics_interval=system_metrics_interval if log_system_metrics else None,
+    )
+    global _current  # noqa: PLW0603  # the module-level "current run" of metrics.record
+    with _current_lock:
+        _current = run
+    return run
+
+
+def process_index_of(explicit: int | None) -> int:
+    """``explicit``, else the process index from the environment."""
+    return process_index(explicit)
+
+
+def machinelearning_run(
+    name: str,
+    run_group: str = "",
+    configs: Mapping[str, Any] | None = None,
+    gcs_path: str | None = None,
+    base_url: str | None = None,
+    on_demand_xprof: bool = False,  # noqa: ARG001  # the official signature
+    log_system_metrics: bool = False,
+    metrics_record_interval_sec: float = 10.0,
+    run_workload_id: str | None = None,
+    metric_only_run: bool = False,
+    **kwargs: Any,
+) -> Run:
+    """The official SDK's entry point, so that moving over is an import change.
+
+    ``run_group`` is the run set, ``base_url`` the API URL, ``run_workload_id`` the workload
+    id, ``metric_only_run`` skips creating the run, ``log_system_metrics`` samples the host
+    and GPUs every ``metrics_record_interval_sec``; ``on_demand_xprof`` is not supported yet
+    (ignored). Other keyword arguments go to :func:`init`.
+    """
+    return init(
+        name=name,
+        run_set=run_group or "default",
+        configs=configs,
+        api_url=base_url,
+        gcs_path=gcs_path or "",
+        workload_id=run_workload_id,
+        create_run=not metric_only_run,
+        log_system_metrics=log_system_metrics,
+        system_metrics_interval=metrics_record_interval_sec,
+        **kwargs,
+    )
+
+
+def _disable_in_child(reference: weakref.ref[Run]) -> None:
+    run = reference()
+    if run is not None:
+        run._finished = True  # the module's own class
+        atexit.unregister(run._at_exit)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:4000]

@@ -1,0 +1,313 @@
+"""The disk spool: append-only segment files holding encoded batches until they are sent.
+
+Every batch the SDK builds is appended here first (a write-ahead log), and the sender posts
+records in the order they were appended. A crash therefore loses at most what was still in
+the in-memory buffer, and a later process that opens the same directory replays the rest.
+
+Layout, under ``<root>/<run id>/<writer>/``:
+
+- ``<seq:08d>.seg``: segments. Each record is ``MAGIC (2 bytes) · length (4, big-endian) ·
+  crc32 (4) · payload``; the payload is the gzipped JSON body of one write request. A torn
+  tail (a crash mid-write) fails its length or checksum and is ignored.
+- ``<seq:08d>.pos``: how far that segment has been sent (8-byte offset), replaced atomically
+  after each acknowledged record. A segment whose every record is sent is deleted.
+- ``lock``: held (``flock``) by the live writer, so two processes never append to one
+  directory and a directory whose lock is free is an orphan another process may replay.
+
+Records are written with ``write`` + ``flush`` and not fsynced: they survive the process
+dying, not the machine losing power (the cost of an fsync per batch is not worth it here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import threading
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Protocol
+
+try:  # POSIX only; without it each writer simply uses a directory of its own.
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+_MAGIC = b"\x6d\x64"  # "md"
+_HEADER = struct.Struct(">2sII")
+_POSITION = struct.Struct(">Q")
+DEFAULT_SEGMENT_BYTES = 8 * 1024 * 1024
+"""A segment is closed and a new one started once it holds this many bytes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One spooled batch and where it lies, so that it can be acknowledged."""
+
+    payload: bytes
+    segment: int
+    end: int
+
+
+class BatchQueue(Protocol):
+    """What the sender needs from a spool: append, peek the oldest, acknowledge it."""
+
+    run_id: str
+
+    def append(self, payload: bytes) -> None:
+        """Add a record at the end."""
+
+    def peek(self) -> Record | None:
+        """The oldest record not yet acknowledged, or None."""
+
+    def ack(self, record: Record) -> None:
+        """Mark ``record`` (the one :meth:`peek` returned) as done."""
+
+    def pending_bytes(self) -> int:
+        """Roughly how many bytes wait to be sent."""
+
+    def close(self) -> None:
+        """Release files and locks; what is pending stays for a later process."""
+
+
+class SpoolError(OSError):
+    """The spool directory cannot be used (not writable, or locked by a live writer)."""
+
+
+class Spool:
+    """An on-disk :class:`BatchQueue` for one writer of one run. Thread-safe."""
+
+    def __init__(
+        self, directory: Path, run_id: str, segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    ) -> None:
+        self.run_id = run_id
+        self.directory = directory
+        self._segment_bytes = segment_bytes
+        self._lock = threading.RLock()  # re-entrant: see Pipeline._collect_lock
+        directory.mkdir(parents=True, exist_ok=True)
+        self._lock_file = _acquire(directory / "lock")
+        segments = sorted(_segments(directory))
+        self._segments: list[int] = segments
+        self._positions = {seq: _read_position(directory, seq) for seq in segments}
+        self._sizes = {seq: (directory / _seg_name(seq)).stat().st_size for seq in segments}
+        self._writer: IO[bytes] | None = None
+        self._writer_seq = -1
+
+    def append(self, payload: bytes) -> None:
+        """Append one record to the newest segment, starting a new one when it is full."""
+        header = _HEADER.pack(_MAGIC, len(payload), zlib.crc32(payload))
+        with self._lock:
+            writer = self._writer_for(len(header) + len(payload))
+            writer.write(header + payload)
+            writer.flush()
+            self._sizes[self._writer_seq] += len(header) + len(payload)
+
+    def peek(self) -> Record | None:
+        """The oldest unsent record; segments that are fully sent are deleted on the way."""
+        with self._lock:
+            while self._segments:
+                seq = self._segments[0]
+                record = self._read(seq, self._positions[seq])
+                if record is not None:
+                    return record
+                if seq == self._writer_seq:
+                    return None  # the open segment is simply caught up
+                self._drop(seq)
+            return None
+
+    def ack(self, record: Record) -> None:
+        """Persist that ``record`` is sent (an atomic position file per segment)."""
+        with self._lock:
+            if record.segment not in self._positions:
+                return
+            self._positions[record.segment] = record.end
+            tmp = self.directory / f"{_seg_name(record.segment)}.pos.tmp"
+            tmp.write_bytes(_POSITION.pack(record.end))
+            tmp.replace(self.directory / _pos_name(record.segment))
+            if record.end >= self._sizes[record.segment] and record.segment != self._writer_seq:
+                self._drop(record.segment)
+
+    def pending_bytes(self) -> int:
+        """Bytes appended and not yet acknowledged."""
+        with self._lock:
+            return sum(self._sizes[seq] - self._positions[seq] for seq in self._segments)
+
+    def close(self) -> None:
+        """Close the open segment and release the lock; delete the directory if empty."""
+        with self._lock:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+                if self._positions[self._writer_seq] >= self._sizes[self._writer_seq]:
+                    self._drop(self._writer_seq)
+                self._writer_seq = -1
+            empty = not self._segments
+            self._lock_file.close()
+        if empty:
+            with contextlib.suppress(OSError):
+                (self.directory / "lock").unlink()
+                self.directory.rmdir()
+                self.directory.parent.rmdir()  # the run's directory, once its last writer is
+
+    def _writer_for(self, size: int) -> IO[bytes]:
+        if self._writer is not None and self._sizes[self._writer_seq] + size > max(
+            self._segment_bytes, size
+        ):
+            self._writer.close()
+            self._writer = None
+        if self._writer is None:
+            seq = (self._segments[-1] + 1) if self._segments else 1
+            self._writer = (self.directory / _seg_name(seq)).open("ab")
+            self._writer_seq = seq
+            self._segments.append(seq)
+            self._positions[seq] = 0
+            self._sizes[seq] = 0
+        return self._writer
+
+    def _read(self, seq: int, offset: int) -> Record | None:
+        if offset >= self._sizes[seq]:
+            return None
+        with (self.directory / _seg_name(seq)).open("rb") as segment:
+            segment.seek(offset)
+            header = segment.read(_HEADER.size)
+            if len(header) < _HEADER.size:
+                return None
+            magic, length, crc = _HEADER.unpack(header)
+            payload = segment.read(length)
+        if magic != _MAGIC or len(payload) < length or zlib.crc32(payload) != crc:
+            # A torn or corrupt tail: nothing after it in this segment can be trusted.
+            self._sizes[seq] = offset
+            return None
+        return Record(payload=payload, segment=seq, end=offset + _HEADER.size + length)
+
+    def _drop(self, seq: int) -> None:
+        for name in (_seg_name(seq), _pos_name(seq)):
+            with contextlib.suppress(FileNotFoundError):
+                (self.directory / name).unlink()
+        self._segments.remove(seq)
+        del self._positions[seq]
+        del self._sizes[seq]
+
+
+class MemoryQueue:
+    """A bounded in-memory :class:`BatchQueue`, used when no spool directory is writable.
+
+    When full, the oldest record is dropped (and counted): without a disk there is no
+    better place for it, and a training job must never stall on telemetry.
+    """
+
+    def __init__(self, run_id: str, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self.run_id = run_id
+        self._max_bytes = max_bytes
+        self._records: list[bytes] = []
+        self._bytes = 0
+        self._next = 0
+        self._lock = threading.Lock()
+        self.dropped = 0
+
+    def append(self, payload: bytes) -> None:
+        """Append, dropping the oldest records while over the bound."""
+        with self._lock:
+            self._records.append(payload)
+            self._bytes += len(payload)
+            while self._bytes > self._max_bytes and len(self._records) > 1:
+                self._bytes -= len(self._records.pop(0))
+                self._next += 1
+                self.dropped += 1
+
+    def peek(self) -> Record | None:
+        """The oldest record."""
+        with self._lock:
+            if not self._records:
+                return None
+            return Record(payload=self._records[0], segment=0, end=self._next)
+
+    def ack(self, record: Record) -> None:
+        """Remove the oldest record if it is still ``record``."""
+        with self._lock:
+            if self._records and record.end == self._next:
+                self._bytes -= len(self._records.pop(0))
+                self._next += 1
+
+    def pending_bytes(self) -> int:
+        """Bytes held."""
+        with self._lock:
+            return self._bytes
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def orphan_spools(
+    root: Path, exclude: Path | None = None, run_id: str | None = None
+) -> list[Spool]:
+    """Writer directories under ``root`` with pending segments and no live writer.
+
+    Each is returned opened (its lock held), ready to replay; directories whose lock another
+    live process holds are skipped. ``run_id`` limits the search to that run.
+    """
+    found: list[Spool] = []
+    if not root.is_dir():
+        return found
+    for run_dir in sorted(path for path in root.iterdir() if path.is_dir()):
+        if run_dir.name == "dead-letter" or (run_id is not None and run_dir.name != run_id):
+            continue
+        for writer_dir in sorted(path for path in run_dir.iterdir() if path.is_dir()):
+            if writer_dir == exclude or not any(_segments(writer_dir)):
+                continue
+            try:
+                found.append(Spool(writer_dir, run_dir.name))
+            except SpoolError:
+                continue
+    return found
+
+
+def _acquire(path: Path) -> IO[bytes]:
+    handle = path.open("ab")
+    if fcntl is not None:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            raise SpoolError(f"{path.parent} is in use by another process") from None
+    return handle
+
+
+def _segments(directory: Path) -> list[int]:
+    return [
+        int(path.stem)
+        for path in directory.glob("*.seg")
+        if path.stem.isdigit() and path.stat().st_size > 0
+    ]
+
+
+def _read_position(directory: Path, seq: int) -> int:
+    try:
+        data = (directory / _pos_name(seq)).read_bytes()
+    except FileNotFoundError:
+        return 0
+    if len(data) != _POSITION.size:
+        return 0  # replaying from the start is safe: batch ids dedupe on the server
+    position: int = _POSITION.unpack(data)[0]
+    return position
+
+
+def _seg_name(seq: int) -> str:
+    return f"{seq:08d}.seg"
+
+
+def _pos_name(seq: int) -> str:
+    return f"{seq:08d}.pos"
+
+
+def writer_name(host: str, process_index: int) -> str:
+    """The directory name of one writer: host and process index, filesystem-safe."""
+    safe = "".join(char if char.isalnum() or char in "-_." else "_" for char in host)
+    return f"{safe or 'host'}-p{process_index}"
+
+
+def default_root() -> Path:
+    """Where spools live when ``MLDIAG_SPOOL_DIR`` is not set."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "mldiag" / "spool"

@@ -1,0 +1,74 @@
+"""HTTP to ingestion: posting one encoded batch and classifying what happened.
+
+The only module that knows ingestion's write endpoint and its status codes.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+
+import httpx
+
+logger = logging.getLogger("mldiag")
+
+# Not the batch's fault: a wrong token, a missing route (ingestion not deployed yet), a
+# timeout or rate limit. The batch stays spooled and is retried, never dead-lettered.
+_RETRYABLE_4XX = frozenset({401, 403, 404, 408, 425, 429})
+
+
+class Outcome(enum.Enum):
+    """What became of one attempt to send a batch."""
+
+    SENT = "sent"
+    """Stored by the platform (2xx)."""
+    REJECTED = "rejected"
+    """The platform refused the batch itself (a 4xx): dead-letter it, never retry."""
+    UNAVAILABLE = "unavailable"
+    """Network error, 5xx or a retryable 4xx: keep it and try again later."""
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """An outcome with the detail worth logging."""
+
+    outcome: Outcome
+    status: int = 0
+    detail: str = ""
+
+
+def client(token: str, timeout: float) -> httpx.Client:
+    """An HTTP client with the SDK's auth header and timeout."""
+    headers = {"User-Agent": "mldiag-sdk"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return httpx.Client(headers=headers, timeout=timeout)
+
+
+class MetricsWriter:
+    """Posts gzipped ``WriteMetricsRequest`` bodies to ingestion's ``metrics:write``."""
+
+    def __init__(self, http: httpx.Client, ingestion_url: str) -> None:
+        self._http = http
+        self._base = ingestion_url
+
+    def write(self, run_id: str, body: bytes, timeout: float | None = None) -> Result:
+        """Send one batch; never raises."""
+        url = f"{self._base}/v1/machineLearningRuns/{run_id}/metrics:write"
+        try:
+            response = self._http.post(
+                url,
+                content=body,
+                headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+            )
+        except httpx.HTTPError as error:
+            return Result(Outcome.UNAVAILABLE, detail=f"{type(error).__name__}: {error}")
+        status = response.status_code
+        if status < 300:
+            return Result(Outcome.SENT, status)
+        detail = response.text[:2000]
+        if 400 <= status < 500 and status not in _RETRYABLE_4XX:
+            return Result(Outcome.REJECTED, status, detail)
+        return Result(Outcome.UNAVAILABLE, status, detail)

@@ -1,0 +1,1 @@
+"""Operations: the long-running operations every registry write returns (AIP-151)."""

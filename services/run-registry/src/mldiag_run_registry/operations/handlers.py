@@ -1,0 +1,68 @@
+"""HTTP routes of operations (AIP-151: get, list, wait, cancel, delete)."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+
+from mldiag_platform.http import ContractResponse, read_body
+from mldiag_run_registry.operations.service import OperationsService, parse_timeout
+from mldiag_run_registry.resources import ParentDep, route
+from mldiag_schemas.operations import WaitOperationRequest
+
+router = APIRouter()
+
+_EMPTY = b"{}"
+
+
+def _service(request: Request) -> OperationsService:
+    service: OperationsService = request.app.state.operations
+    return service
+
+
+ServiceDep = Annotated[OperationsService, Depends(_service)]
+
+
+@route(router, "GET", "/operations")
+async def list_operations(
+    parent: ParentDep,
+    service: ServiceDep,
+    page_size: Annotated[int | None, Query(alias="pageSize")] = None,
+    page_token: Annotated[str, Query(alias="pageToken")] = "",
+    filter_text: Annotated[str, Query(alias="filter")] = "",
+) -> Response:
+    """List operations, newest first; ``filter=done = true`` narrows."""
+    page = await service.list_operations(
+        parent.project, parent.location, page_size, page_token, filter_text
+    )
+    return ContractResponse(page)
+
+
+@route(router, "GET", "/operations/{operation_id}")
+async def get_operation(operation_id: str, parent: ParentDep, service: ServiceDep) -> Response:
+    """Get one operation."""
+    return ContractResponse(await service.get(parent.project, parent.location, operation_id))
+
+
+@route(router, "POST", "/operations/{operation_id}:wait")
+async def wait_operation(
+    operation_id: str, request: Request, parent: ParentDep, service: ServiceDep
+) -> Response:
+    """Wait until the operation is done or the timeout (body ``{"timeout": "5s"}``) passes."""
+    body = await read_body(request, WaitOperationRequest)
+    timeout = parse_timeout(body.timeout or request.query_params.get("timeout"))
+    operation = await service.wait(parent.project, parent.location, operation_id, timeout)
+    return ContractResponse(operation)
+
+
+@route(router, "POST", "/operations/{operation_id}:cancel")
+async def cancel_operation(operation_id: str, parent: ParentDep, service: ServiceDep) -> Response:
+    """Cancel a running operation (409 ``operation_already_done`` when it has finished)."""
+    await service.cancel(parent.project, parent.location, operation_id)
+    return Response(_EMPTY, media_type="application/json")
+
+
+@route(router, "DELETE", "/operations/{operation_id}")
+async def delete_operation(operation_id: str, parent: ParentDep, service: ServiceDep) -> Response:
+    """Forget an operation."""
+    await service.delete(parent.project, parent.location, operation_id)
+    return Response(_EMPTY, media_type="application/json")

@@ -1,0 +1,127 @@
+"""The SDK against the real ingestion and run-registry (real NATS and PostgreSQL).
+
+Both apps run under uvicorn on real ports in threads of their own, because the SDK's sender
+thread speaks plain HTTP to them.
+"""
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+import mldiag
+from mldiag_ingestion.app import create_app as create_ingestion
+from mldiag_ingestion.settings import IngestionSettings
+from mldiag_platform.settings import DatabaseSettings, NatsSettings
+from mldiag_run_registry.app import create_app as create_registry
+from mldiag_run_registry.settings import RunRegistrySettings
+from support import free_port
+
+pytestmark = pytest.mark.connected
+
+
+@contextmanager
+def served(app: FastAPI) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free port in a thread; yield its base URL."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive(), "the server stopped while starting"
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+@pytest.fixture
+def platform_urls(
+    nats_settings: NatsSettings, database_settings: DatabaseSettings, db_schema: str
+) -> Iterator[tuple[str, str]]:
+    registry = create_registry(
+        RunRegistrySettings(nats=nats_settings, database=database_settings, db_schema=db_schema)
+    )
+    ingestion = create_ingestion(IngestionSettings(nats=nats_settings))
+    with served(registry) as api_url, served(ingestion) as ingestion_url:
+        yield api_url, ingestion_url
+
+
+def read_series(api_url: str, run_id: str, metric: str) -> list[dict[str, Any]]:
+    response = httpx.get(f"{api_url}/v1/machineLearningRuns/{run_id}/metrics/{metric}")
+    if response.status_code != 200:
+        return []
+    points: list[dict[str, Any]] = response.json()["points"]
+    return points
+
+
+def test_points_logged_through_the_sdk_read_back_from_the_api(
+    platform_urls: tuple[str, str], tmp_path: Path
+) -> None:
+    api_url, ingestion_url = platform_urls
+    run = mldiag.init(
+        name="connected",
+        run_set="sdk-tests",
+        configs={"lr": 3e-4, "layers": 12},
+        workload_id=f"connected-{tmp_path.name}",
+        api_url=api_url,
+        ingestion_url=ingestion_url,
+        spool_dir=tmp_path,
+        handle_exit=False,
+        batch_points=100,
+        flush_interval=0.05,
+    )
+    for step in range(500):
+        run.log({"loss": 1.0 / (step + 1), "learning_rate": 3e-4})
+    assert run.flush(timeout=20) is True
+
+    deadline = time.monotonic() + 20
+    points: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        points = read_series(api_url, run.run_id, "loss")
+        if len(points) == 500:
+            break
+        time.sleep(0.1)
+    assert [point["step"] for point in points] == list(range(500))
+    assert points[9]["value"] == pytest.approx(0.1)
+    assert {point["host"] for point in points} == {run.host}
+
+    assert run.finish() is True
+    described = httpx.get(f"{api_url}/v1/machineLearningRuns/{run.run_id}").json()
+    assert described["displayName"] == "connected"
+    assert described["runSet"] == "sdk-tests"
+    assert described["configs"]["userConfigs"] == {"lr": 3e-4, "layers": 12}
+    assert described["runPhase"] == "COMPLETED"
+
+    again = mldiag.init(  # a restart attaches to the same run (409 on create)
+        name="connected",
+        workload_id=f"connected-{tmp_path.name}",
+        api_url=api_url,
+        ingestion_url=ingestion_url,
+        spool_dir=tmp_path,
+        handle_exit=False,
+        flush_interval=0.05,
+    )
+    assert again.run_id == run.run_id
+    again.log({"loss": 0.0}, step=500)
+    assert again.finish() is True
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and len(points) < 501:
+        points = read_series(api_url, run.run_id, "loss")
+        time.sleep(0.1)
+    assert len(points) == 501
+    described = httpx.get(f"{api_url}/v1/machineLearningRuns/{run.run_id}").json()
+    assert described["runPhase"] == "COMPLETED"
