@@ -47,7 +47,8 @@ class RecordingLauncher(SubprocessLauncher):
 
 def _settings(tmp_path: Path, **overrides: float) -> XProfProvisionerSettings:
     # A random range: other suites on this machine may run XProfs on the default one.
-    base = random.randrange(20_000, 40_000, 20)
+    # Below 32768, where Linux hands out ephemeral ports for outgoing connections.
+    base = random.randrange(20_000, 32_000, 20)
     return XProfProvisionerSettings(
         work_dir=tmp_path / "work",
         first_instance_port=base,

@@ -78,7 +78,7 @@ async def _provisioner(tmp_path: Path, nats_url: str, namespace: str) -> AsyncIt
         **os.environ,
         "MLDIAG_XPROF_PROVISIONER_PORT": str(port),
         "MLDIAG_XPROF_PROVISIONER_WORK_DIR": str(tmp_path / "work"),
-        "MLDIAG_XPROF_PROVISIONER_FIRST_INSTANCE_PORT": str(random.randrange(20_000, 40_000, 20)),
+        "MLDIAG_XPROF_PROVISIONER_FIRST_INSTANCE_PORT": str(random.randrange(20_000, 32_000, 20)),
         "MLDIAG_XPROF_PROVISIONER_INSTANCE_PORT_COUNT": "20",
         "MLDIAG_NATS_URL": nats_url,
         "MLDIAG_NATS_NAMESPACE": namespace,

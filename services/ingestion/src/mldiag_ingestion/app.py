@@ -6,6 +6,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from mldiag_ingestion import handlers
+from mldiag_ingestion.otlp import handlers as otlp_handlers
+from mldiag_ingestion.otlp.service import OtlpIngestion
 from mldiag_ingestion.service import IngestionService
 from mldiag_ingestion.settings import IngestionSettings
 from mldiag_platform.bus import connect_bus
@@ -27,12 +29,23 @@ def create_app(settings: IngestionSettings | None = None) -> FastAPI:
             bus.consume(handlers.INGEST_CONSUMER, handlers.IngestBusHandler(service).on_ingest)
             await bus.start()
             checks["nats"] = bus.healthy
+            grpc_server = None
+            if settings.otlp_enabled:
+                app.state.otlp = otlp = OtlpIngestion(service)
+                grpc_server = otlp_handlers.create_grpc_server(otlp, settings.max_request_bytes)
+                address = f"{settings.host}:{settings.otlp_grpc_port}"
+                app.state.otlp_grpc_port = grpc_server.add_insecure_port(address)
+                await grpc_server.start()
             try:
                 yield
             finally:
                 checks.clear()
+                if grpc_server is not None:
+                    await grpc_server.stop(grace=5)
 
     app = create_http_app(SERVICE, lifespan, checks)
     app.state.settings = settings
     app.include_router(handlers.router)
+    if settings.otlp_enabled:
+        app.include_router(otlp_handlers.router)
     return app

@@ -20,5 +20,13 @@ class IngestionSettings(BaseSettings):
     max_points_per_request: int = Field(
         default=MAX_POINTS_PER_REQUEST, gt=0, description="Most points in one write."
     )
+    otlp_enabled: bool = Field(
+        default=True,
+        description="Serve the OTLP metrics receiver: gRPC on `otlp_grpc_port`, and"
+        " OTLP/HTTP at `POST /v1/metrics` on the HTTP port.",
+    )
+    otlp_grpc_port: int = Field(
+        default=4317, ge=0, le=65535, description="OTLP/gRPC port (0: any free port)."
+    )
     nats: NatsSettings = Field(default_factory=NatsSettings)
     log: LogSettings = Field(default_factory=LogSettings)

@@ -21,6 +21,8 @@ DEFAULT_HOME = ".mldiag"
 DEFAULT_NATS_PORT = 14222
 DEFAULT_NATS_MONITOR_PORT = 18222
 DEFAULT_POSTGRES_PORT = 15432
+DEFAULT_OTLP_GRPC_PORT = 4317
+"""ingestion's OTLP/gRPC receiver: the port OpenTelemetry exporters use by default."""
 DEFAULT_HEALTH_TIMEOUT = 60.0
 
 
@@ -76,6 +78,8 @@ class StackConfig:
     nats_port: int = DEFAULT_NATS_PORT
     nats_monitor_port: int = DEFAULT_NATS_MONITOR_PORT
     postgres_port: int = DEFAULT_POSTGRES_PORT
+    otlp_grpc_port: int = DEFAULT_OTLP_GRPC_PORT
+    """ingestion's OTLP/gRPC port (its OTLP/HTTP route shares ingestion's HTTP port)."""
     service_ports: Mapping[str, int] = field(
         default_factory=lambda: {spec.name: spec.default_port for spec in SERVICES}
     )
@@ -122,6 +126,8 @@ class StackConfig:
         }
         for name in self.services:
             ports[SPECS[name].label] = self.service_ports[name]
+        if "ingestion" in self.services:
+            ports["ingestion OTLP/gRPC"] = self.otlp_grpc_port
         return ports
 
 
@@ -150,7 +156,8 @@ def resolve_config(
     ``ports`` maps ``nats``, ``nats-monitor``, ``postgres`` and service names to a port or
     None. The environment offers ``MLDIAG_HOME``, ``MLDIAG_EMBEDDED_NATS_PORT``,
     ``MLDIAG_EMBEDDED_NATS_MONITOR_PORT``, ``MLDIAG_EMBEDDED_POSTGRES_PORT``,
-    ``MLDIAG_PORT_OFFSET`` and each service's ``MLDIAG_<SERVICE>_HOST`` / ``_PORT``.
+    ``MLDIAG_PORT_OFFSET``, ``MLDIAG_INGESTION_OTLP_GRPC_PORT`` and each service's
+    ``MLDIAG_<SERVICE>_HOST`` / ``_PORT``.
     ``port_offset`` is added to every port (to run a second stack next to the first).
     """
     env = os.environ if environ is None else environ
@@ -183,6 +190,9 @@ def resolve_config(
             "nats-monitor", "MLDIAG_EMBEDDED_NATS_MONITOR_PORT", DEFAULT_NATS_MONITOR_PORT
         ),
         postgres_port=pick("postgres", "MLDIAG_EMBEDDED_POSTGRES_PORT", DEFAULT_POSTGRES_PORT),
+        otlp_grpc_port=pick(
+            "ingestion-otlp-grpc", "MLDIAG_INGESTION_OTLP_GRPC_PORT", DEFAULT_OTLP_GRPC_PORT
+        ),
         service_ports=service_ports,
         service_hosts=service_hosts,
         services=tuple(name for name in SERVICE_NAMES if name in chosen) or SERVICE_NAMES,
@@ -219,4 +229,5 @@ def service_environment(config: StackConfig, nats_url: str, database_url: str) -
     for spec in SERVICES:
         env[f"{spec.env_prefix}_HOST"] = config.service_hosts[spec.name]
         env[f"{spec.env_prefix}_PORT"] = str(config.service_ports[spec.name])
+    env["MLDIAG_INGESTION_OTLP_GRPC_PORT"] = str(config.otlp_grpc_port)
     return env

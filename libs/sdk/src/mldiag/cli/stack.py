@@ -1,9 +1,8 @@
-"""The ``mldiag`` command line: ``mldiag up`` runs the embedded stack, ``status`` and ``down``
-look after it. It talks to a person, so it prints plain text, not log events.
+"""``mldiag up`` runs the embedded stack, ``status`` and ``down`` look after it. They talk to
+a person, so they print plain text, not log events.
 """
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +28,7 @@ _PORT_FLAGS: tuple[tuple[str, str, str], ...] = (
     # (flag, key in resolve_config's ports, what it is)
     ("--api-port", "run-registry", "the API (run-registry) [8080]"),
     ("--ingestion-port", "ingestion", "ingestion [8081]"),
+    ("--ingestion-otlp-grpc-port", "ingestion-otlp-grpc", "ingestion's OTLP/gRPC receiver [4317]"),
     ("--event-detector-port", "event-detector", "event-detector [8082]"),
     ("--analyzer-port", "analyzer", "analyzer [8083]"),
     ("--xprof-provisioner-port", "xprof-provisioner", "xprof-provisioner [8084]"),
@@ -46,13 +46,8 @@ def _services_list(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``mldiag`` (exposed for tests and documentation)."""
-    parser = argparse.ArgumentParser(
-        prog="mldiag", description="Monitor, profile and diagnose ML workloads."
-    )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def add_stack_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Add ``up``, ``status`` and ``down`` to ``mldiag``'s subcommands."""
     home = argparse.ArgumentParser(add_help=False)
     home.add_argument(
         "--home",
@@ -113,7 +108,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long to wait before killing what has not stopped [45]",
     )
     down.set_defaults(handler=_down)
-    return parser
 
 
 def config_from_args(args: argparse.Namespace) -> StackConfig:
@@ -141,6 +135,7 @@ def supervisor_command(config: StackConfig, verbose: bool = False) -> list[str]:
     explicit = {
         "run-registry": config.service_ports["run-registry"],
         "ingestion": config.service_ports["ingestion"],
+        "ingestion-otlp-grpc": config.otlp_grpc_port,
         "event-detector": config.service_ports["event-detector"],
         "analyzer": config.service_ports["analyzer"],
         "xprof-provisioner": config.service_ports["xprof-provisioner"],
@@ -250,32 +245,3 @@ def _down(args: argparse.Namespace) -> int:
     result = stop_stack(home, timeout=args.timeout, notify=print)
     print("stopped." if result.was_running else f"not running (nothing to stop in {home})")
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``mldiag`` with ``argv`` (default: the process's arguments); return the exit status."""
-    args = build_parser().parse_args(argv)
-    if args.verbose:
-        logging.basicConfig(
-            level=logging.INFO,
-            format="%(asctime)s %(levelname)s %(name)s %(message)s",
-            stream=sys.stderr,
-        )
-        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per health poll
-    try:
-        code: int = args.handler(args)
-    except LocalStackError as error:
-        print(f"mldiag {args.command}: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        # The reader went away (`mldiag status | head`); not worth a traceback.
-        sys.stderr.close()
-        return 1
-    return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

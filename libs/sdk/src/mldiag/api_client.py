@@ -1,0 +1,296 @@
+"""A small typed client of the run-registry REST API (runs, metrics, operations).
+
+Answers are the API's JSON bodies as plain dicts, exactly as sent (NaN and ±Inf kept), so
+a caller can print them unchanged; the SDK does not depend on the platform's schema models.
+Failures raise one of two errors: :class:`ApiError` when the API answered with an error,
+:class:`ApiUnreachable` when nothing answered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+DEFAULT_API_URL = "http://127.0.0.1:8080"
+"""Where ``mldiag up`` serves the run-registry API."""
+
+DEFAULT_PROJECT = "default"
+"""The project the short resource form (``/v1/machineLearningRuns``) stands for."""
+
+DEFAULT_LOCATION = "local"
+"""The location the short resource form stands for."""
+
+JsonObject = dict[str, Any]
+"""A decoded JSON object, as the API sent it."""
+
+
+class ApiClientError(Exception):
+    """Base of the errors :class:`RegistryClient` raises."""
+
+
+class ApiError(ApiClientError):
+    """The API answered with an error: ``{"error": {"code", "message", "details"}}``."""
+
+    def __init__(
+        self, status: int, code: str, message: str, details: list[Any] | None = None
+    ) -> None:
+        super().__init__(f"{code}: {message}")
+        self.status = status
+        """The HTTP status."""
+        self.code = code
+        """The stable error code (``run_not_found``, ``etag_mismatch``, ...)."""
+        self.message = message
+        """What went wrong, for a person."""
+        self.details = details or []
+        """Structured details, when the API gives any."""
+
+
+class ApiUnreachable(ApiClientError):
+    """Nothing answered at the API's URL (refused, timed out, name not resolved)."""
+
+    def __init__(self, url: str, detail: str) -> None:
+        super().__init__(f"cannot reach the mldiag API at {url}: {detail}")
+        self.url = url
+        """The base URL tried."""
+        self.detail = detail
+        """What the transport said."""
+
+
+def _error_from(response: httpx.Response) -> ApiError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("code"), str):
+        details = error.get("details")
+        return ApiError(
+            response.status_code,
+            error["code"],
+            str(error.get("message", "")),
+            details if isinstance(details, list) else None,
+        )
+    text = " ".join(response.text.split())[:200] or response.reason_phrase
+    return ApiError(response.status_code, f"http_{response.status_code}", text)
+
+
+def _drop_empty(params: Mapping[str, object]) -> dict[str, str | int]:
+    return {
+        key: value
+        for key, value in params.items()
+        if isinstance(value, str | int) and value != "" and not isinstance(value, bool)
+    }
+
+
+class RegistryClient:
+    """Calls the run-registry API at ``base_url``.
+
+    ``token`` is sent as a Bearer token when set. ``project`` and ``location`` select the
+    long resource form ``/v1/projects/{p}/locations/{l}/...``; when neither is given the
+    short form (the default project and location) is used. ``transport`` lets tests and
+    embedders route requests elsewhere. Use it as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_API_URL,
+        *,
+        token: str | None = None,
+        project: str | None = None,
+        location: str | None = None,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        """The API's base URL, without a trailing slash."""
+        headers = {"User-Agent": "mldiag-cli", "Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if project or location:
+            self._prefix = (
+                f"/v1/projects/{project or DEFAULT_PROJECT}"
+                f"/locations/{location or DEFAULT_LOCATION}"
+            )
+        else:
+            self._prefix = "/v1"
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
+        )
+
+    def __enter__(self) -> RegistryClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections."""
+        self._http.close()
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, object] | None = None,
+        body: JsonObject | None = None,
+    ) -> JsonObject:
+        try:
+            response = self._http.request(
+                method, self._prefix + path, params=_drop_empty(params or {}), json=body
+            )
+        except httpx.TransportError as error:
+            raise ApiUnreachable(self.base_url, str(error) or type(error).__name__) from error
+        if response.status_code >= 400:
+            raise _error_from(response)
+        try:
+            answer = response.json()
+        except ValueError as error:
+            raise ApiError(response.status_code, "invalid_response", str(error)) from error
+        if not isinstance(answer, dict):
+            raise ApiError(response.status_code, "invalid_response", "not a JSON object")
+        return answer
+
+    # runs
+
+    def create_run(self, body: JsonObject) -> JsonObject:
+        """Create a run; answers the done operation whose ``response`` is the run."""
+        return self._call("POST", "/machineLearningRuns", body=body)
+
+    def list_runs(
+        self,
+        *,
+        filter: str = "",  # the API's own parameter name
+        order_by: str = "",
+        page_size: int | None = None,
+        page_token: str = "",
+    ) -> JsonObject:
+        """One page of runs: ``{"machineLearningRuns": [...], "nextPageToken"}``."""
+        params = {
+            "filter": filter,
+            "orderBy": order_by,
+            "pageSize": page_size,
+            "pageToken": page_token,
+        }
+        return self._call("GET", "/machineLearningRuns", params=params)
+
+    def iter_runs(
+        self,
+        *,
+        filter: str = "",  # the API's own parameter name
+        order_by: str = "",
+        page_size: int | None = None,
+    ) -> Iterator[JsonObject]:
+        """Every run the query matches, following ``nextPageToken``."""
+        token = ""
+        while True:
+            page = self.list_runs(
+                filter=filter, order_by=order_by, page_size=page_size, page_token=token
+            )
+            yield from page.get("machineLearningRuns", [])
+            token = page.get("nextPageToken") or ""
+            if not token:
+                return
+
+    def get_run(self, run_id: str) -> JsonObject:
+        """The run ``run_id``."""
+        return self._call("GET", f"/machineLearningRuns/{run_id}")
+
+    def update_run(self, run_id: str, body: JsonObject, *, update_mask: str = "") -> JsonObject:
+        """Update a run; ``body`` carries the ``etag`` read. Answers a done operation."""
+        return self._call(
+            "PATCH",
+            f"/machineLearningRuns/{run_id}",
+            params={"updateMask": update_mask},
+            body=body,
+        )
+
+    def delete_run(self, run_id: str, *, etag: str = "") -> JsonObject:
+        """Soft-delete a run (checking ``etag`` when given). Answers a done operation."""
+        return self._call("DELETE", f"/machineLearningRuns/{run_id}", params={"etag": etag})
+
+    # metrics
+
+    def list_metrics(self, run_id: str) -> JsonObject:
+        """The run's metric names with point counts and highest steps."""
+        return self._call("GET", f"/machineLearningRuns/{run_id}/metrics")
+
+    def latest_metrics(self, run_id: str) -> JsonObject:
+        """The latest value of every series of the run."""
+        return self._call("GET", f"/machineLearningRuns/{run_id}/metrics:latest")
+
+    def read_metric(
+        self, run_id: str, metric: str, *, page_size: int | None = None, page_token: str = ""
+    ) -> JsonObject:
+        """One page of a metric's raw points, in step order."""
+        return self._call(
+            "GET",
+            f"/machineLearningRuns/{run_id}/metrics/{metric}",
+            params={"pageSize": page_size, "pageToken": page_token},
+        )
+
+    def downsample_metric(
+        self, run_id: str, metric: str, *, buckets: int, group_by: str = ""
+    ) -> JsonObject:
+        """A metric downsampled to at most ``buckets`` step buckets per line."""
+        return self._call(
+            "GET",
+            f"/machineLearningRuns/{run_id}/metrics/{metric}",
+            params={"buckets": buckets, "groupBy": group_by},
+        )
+
+    def compare_metrics(
+        self, run_ids: list[str], metric: str, *, buckets: int | None = None, group_by: str = ""
+    ) -> JsonObject:
+        """One metric of several runs on shared step buckets."""
+        return self._call(
+            "GET",
+            "/machineLearningRuns:compareMetrics",
+            params={
+                "runs": ",".join(run_ids),
+                "metric": metric,
+                "buckets": buckets,
+                "groupBy": group_by,
+            },
+        )
+
+    # operations
+
+    def list_operations(
+        self,
+        *,
+        filter: str = "",  # the API's own parameter name
+        page_size: int | None = None,
+        page_token: str = "",
+    ) -> JsonObject:
+        """One page of operations, newest first: ``{"operations": [...], "nextPageToken"}``."""
+        return self._call(
+            "GET",
+            "/operations",
+            params={"filter": filter, "pageSize": page_size, "pageToken": page_token},
+        )
+
+    def get_operation(self, operation_id: str) -> JsonObject:
+        """The operation ``operation_id``."""
+        return self._call("GET", f"/operations/{operation_id}")
+
+    def wait_operation(self, operation_id: str, *, timeout: str = "") -> JsonObject:
+        """Wait until the operation is done (``timeout`` like ``"5s"``; the API caps it)."""
+        body = {"timeout": timeout} if timeout else {}
+        return self._call("POST", f"/operations/{operation_id}:wait", body=body)
+
+    def cancel_operation(self, operation_id: str) -> JsonObject:
+        """Cancel the operation (409 ``operation_already_done`` for a finished one)."""
+        return self._call("POST", f"/operations/{operation_id}:cancel")
+
+    def delete_operation(self, operation_id: str) -> JsonObject:
+        """Forget the operation (the run it touched stays)."""
+        return self._call("DELETE", f"/operations/{operation_id}")

@@ -1,0 +1,95 @@
+"""The ``mldiag`` command line.
+
+``up``, ``status`` and ``down`` look after the embedded stack (:mod:`mldiag.cli.stack`);
+``runs``, ``metrics``, ``operations`` and ``configs`` talk to the run-registry API
+(:mod:`mldiag.cli.registry`). It talks to a person, so it prints plain text, not log events.
+
+Exit status: 0 done, 1 the API (or the stack) refused (``error: <code>: <message>``),
+2 a usage error, 3 the API did not answer.
+"""
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from mldiag.api_client import ApiError, ApiUnreachable
+from mldiag.cli.output import Format
+from mldiag.cli.registry import (
+    Context,
+    UsageError,
+    add_api_commands,
+    add_global_options,
+    client_from_args,
+)
+from mldiag.cli.stack import add_stack_commands, config_from_args, supervisor_command
+from mldiag.local.errors import LocalStackError
+
+__all__ = ["build_parser", "config_from_args", "main", "supervisor_command"]
+
+EXIT_API_ERROR = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``mldiag`` (exposed for tests and documentation)."""
+    parser = argparse.ArgumentParser(
+        prog="mldiag", description="Monitor, profile and diagnose ML workloads."
+    )
+    add_global_options(parser, suppress=False)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_stack_commands(commands)
+    add_api_commands(commands)
+    return parser
+
+
+def _run_api_command(args: argparse.Namespace) -> int:
+    output_format: Format = args.output_format
+    try:
+        with client_from_args(args) as client:
+            code: int = args.api_handler(Context(client, output_format), args)
+            return code
+    except UsageError as error:
+        print(f"mldiag {args.command} {args.verb}: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except ApiUnreachable as error:
+        print(
+            f"error: cannot reach the mldiag API at {error.url} ({error.detail}); "
+            "start it with `mldiag up`, or point --api-url / MLDIAG_API_URL at it",
+            file=sys.stderr,
+        )
+        return EXIT_UNREACHABLE
+    except ApiError as error:
+        print(f"error: {error.code}: {error.message}", file=sys.stderr)
+        return EXIT_API_ERROR
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``mldiag`` with ``argv`` (default: the process's arguments); return the exit status.
+
+    Usage errors found by the parser exit with status 2 (``SystemExit``), as argparse does.
+    """
+    args = build_parser().parse_args(argv)
+    if getattr(args, "verbose", False):
+        logging.basicConfig(
+            level=logging.INFO,
+            format="%(asctime)s %(levelname)s %(name)s %(message)s",
+            stream=sys.stderr,
+        )
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per health poll
+    try:
+        if hasattr(args, "api_handler"):
+            return _run_api_command(args)
+        code: int = args.handler(args)
+    except LocalStackError as error:
+        print(f"mldiag {args.command}: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`mldiag status | head`); not worth a traceback.
+        sys.stderr.close()
+        return 1
+    return code

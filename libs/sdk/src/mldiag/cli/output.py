@@ -1,0 +1,151 @@
+"""How the CLI writes answers: aligned tables for people, JSON or YAML for programs.
+
+JSON is the API's body unchanged (NaN and ±Inf as the API writes them); YAML is the same
+data through a small emitter for JSON-like values, so the SDK needs no YAML library.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+Format = Literal["table", "json", "yaml"]
+"""The output formats of ``--format``."""
+
+FORMATS: tuple[Format, ...] = ("table", "json", "yaml")
+"""Every format, the default first."""
+
+
+def render_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Rows under ``headers``, columns aligned and separated by two spaces.
+
+    Trailing spaces are trimmed; with no rows only the header line is written.
+    """
+    table = [list(headers), *(list(row) for row in rows)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in table
+    )
+
+
+def render_fields(fields: Iterable[tuple[str, str]]) -> str:
+    """``key  value`` lines, keys aligned (a resource described field by field)."""
+    pairs = list(fields)
+    if not pairs:
+        return ""
+    width = max(len(key) for key, _ in pairs)
+    return "\n".join(f"{key.ljust(width)}  {value}".rstrip() for key, value in pairs)
+
+
+def cell(value: Any) -> str:
+    """A JSON value as one table cell: strings as they are, ``None`` empty, others JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        return _number(value)
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _number(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return repr(value)
+
+
+def short_time(value: Any) -> str:
+    """An RFC 3339 time cut to seconds for a table (``2026-01-01 12:00:00``)."""
+    if not isinstance(value, str) or not value:
+        return ""
+    return value.replace("T", " ")[:19]
+
+
+def labels_cell(labels: Any) -> str:
+    """Labels as ``k=v,k2=v2`` (sorted)."""
+    if not isinstance(labels, dict) or not labels:
+        return ""
+    return ",".join(f"{key}={labels[key]}" for key in sorted(labels))
+
+
+def to_json(data: Any) -> str:
+    """``data`` as indented JSON, non-finite floats as the API's ``NaN``/``Infinity`` tokens."""
+    return json.dumps(data, indent=2, ensure_ascii=False)
+
+
+_PLAIN = re.compile(r"^[A-Za-z_/][A-Za-z0-9_./@+-]*$")
+_YAML_WORDS = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "null", "none", "~"})
+
+
+_YAML_CONSTANTS = {None: "null", True: "true", False: "false"}
+
+
+def _yaml_scalar(value: Any) -> str:
+    if value is None or isinstance(value, bool):
+        return _YAML_CONSTANTS[value]
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _yaml_float(value)
+    text = str(value)
+    if _PLAIN.match(text) and text.lower() not in _YAML_WORDS:
+        return text
+    # A JSON string is a valid YAML double-quoted scalar.
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _yaml_float(value: float) -> str:
+    if math.isnan(value):
+        return ".nan"
+    if math.isinf(value):
+        return ".inf" if value > 0 else "-.inf"
+    return repr(value)
+
+
+def _yaml_lines(data: Any, indent: str) -> list[str]:
+    if isinstance(data, dict) and data:
+        lines: list[str] = []
+        for key, value in data.items():
+            name = _yaml_scalar(str(key))
+            if isinstance(value, dict | list) and value:
+                lines.append(f"{indent}{name}:")
+                child = indent if isinstance(value, list) else indent + "  "
+                lines += _yaml_lines(value, child)
+            else:
+                lines.append(f"{indent}{name}: {_yaml_inline(value)}")
+        return lines
+    if isinstance(data, list) and data:
+        lines = []
+        for item in data:
+            if isinstance(item, dict | list) and item:
+                nested = _yaml_lines(item, indent + "  ")
+                lines.append(f"{indent}- {nested[0].lstrip()}")
+                lines += nested[1:]
+            else:
+                lines.append(f"{indent}- {_yaml_inline(item)}")
+        return lines
+    return [f"{indent}{_yaml_inline(data)}"]
+
+
+def _yaml_inline(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{}"
+    if isinstance(value, list):
+        return "[]"
+    return _yaml_scalar(value)
+
+
+def to_yaml(data: Any) -> str:
+    """``data`` (JSON-like: dicts, lists, strings, numbers, booleans, ``None``) as YAML."""
+    return "\n".join(_yaml_lines(data, ""))
+
+
+def dump(data: Any, output_format: Format) -> str:
+    """``data`` in a machine format (``json`` or ``yaml``)."""
+    return to_yaml(data) if output_format == "yaml" else to_json(data)

@@ -1,0 +1,1 @@
+"""OpenTelemetry metrics receiver: OTLP/gRPC and OTLP/HTTP exports mapped to metric writes."""

@@ -1,0 +1,149 @@
+"""The OTLP receiver against a real NATS server: exports over gRPC and HTTP/protobuf are in
+JetStream when the answer comes, with their run, steps and labels."""
+
+import gzip
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import grpc
+import httpx
+import pytest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
+
+from ingestion.otlp.otlp_messages import T0, export, gauge, number, sdk_export
+from mldiag_ingestion.app import create_app
+from mldiag_ingestion.settings import IngestionSettings
+from mldiag_platform.settings import NatsSettings
+from mldiag_schemas.bus import METRICS_RECEIVED
+from mldiag_schemas.telemetry import MetricPointsReceived
+from support import read_messages, serving
+
+pytestmark = pytest.mark.connected
+
+RUN = "3f6c1a52-0b7e-4d4e-9a51-6f1f0c6a2b11"
+EXPORT = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
+PROTOBUF = {"Content-Type": "application/x-protobuf"}
+
+
+@dataclass
+class Receiver:
+    http: httpx.AsyncClient
+    grpc: grpc.aio.Channel
+
+    async def export(self, request: ExportMetricsServiceRequest) -> ExportMetricsServiceResponse:
+        call = self.grpc.unary_unary(
+            EXPORT,
+            request_serializer=ExportMetricsServiceRequest.SerializeToString,
+            response_deserializer=ExportMetricsServiceResponse.FromString,
+        )
+        response: ExportMetricsServiceResponse = await call(request, timeout=10)
+        return response
+
+
+@pytest.fixture
+async def receiver(nats_settings: NatsSettings) -> AsyncIterator[Receiver]:
+    settings = IngestionSettings(nats=nats_settings, otlp_grpc_port=0, max_request_bytes=64 * 1024)
+    app = create_app(settings)
+    async with serving(app) as client:
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{app.state.otlp_grpc_port}")
+        try:
+            yield Receiver(client, channel)
+        finally:
+            await channel.close()
+
+
+async def _points(settings: NatsSettings) -> list[tuple[str, str, int, float, dict[str, str]]]:
+    messages = await read_messages(settings, METRICS_RECEIVED, MetricPointsReceived)
+    return sorted((m.run_id, p.name, p.step, p.value, p.labels) for m in messages for p in m.points)
+
+
+async def test_a_grpc_export_is_stored_before_the_answer(
+    receiver: Receiver, nats_settings: NatsSettings
+) -> None:
+    response = await receiver.export(sdk_export(RUN, 3, loss=0.5, lr=0.1))
+    assert not response.HasField("partial_success")
+    labels = {"unit": "1", "location": "us-central1"}
+    assert await _points(nats_settings) == [
+        (RUN, "loss", 3, 0.5, labels),
+        (RUN, "lr", 3, 0.1, labels),
+    ]
+    [message] = await read_messages(nats_settings, METRICS_RECEIVED, MetricPointsReceived)
+    assert {p.time.timestamp() for p in message.points} == {T0 / 1e9}
+
+
+async def test_an_unchanged_gauge_exported_again_is_stored_once(
+    receiver: Receiver, nats_settings: NatsSettings
+) -> None:
+    await receiver.export(sdk_export(RUN, 1, T0, loss=1.0))
+    await receiver.export(sdk_export(RUN, 1, T0 + 10**9, loss=1.0))  # the next collection
+    await receiver.export(sdk_export(RUN, 2, T0 + 2 * 10**9, loss=0.5))
+    assert [(step, value) for _, _, step, value, _ in await _points(nats_settings)] == [
+        (1, 1.0),
+        (2, 0.5),
+    ]
+
+
+async def test_an_http_protobuf_export_gzip_and_authorization_header(
+    receiver: Receiver, nats_settings: NatsSettings
+) -> None:
+    body = gzip.compress(
+        export(gauge("gpu.util", number(88.0, gpu="0")), node_id=RUN).SerializeToString()
+    )
+    response = await receiver.http.post(
+        "/v1/metrics",
+        content=body,
+        headers={**PROTOBUF, "Content-Encoding": "gzip", "Authorization": "Bearer anything"},
+    )
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "application/x-protobuf"
+    answer = ExportMetricsServiceResponse.FromString(response.content)
+    assert not answer.HasField("partial_success")
+    assert await _points(nats_settings) == [(RUN, "gpu.util", T0 // 10**9, 88.0, {"gpu": "0"})]
+
+
+async def test_points_without_a_run_are_rejected_the_rest_stored(
+    receiver: Receiver, nats_settings: NatsSettings
+) -> None:
+    request = export(gauge("loss", number(1.0), number(2.0, node_id=RUN)))
+    response = await receiver.http.post(
+        "/v1/metrics", content=request.SerializeToString(), headers=PROTOBUF
+    )
+    assert response.status_code == 200
+    partial = ExportMetricsServiceResponse.FromString(response.content).partial_success
+    assert partial.rejected_data_points == 1
+    assert "no run id" in partial.error_message
+    assert [(run, value) for run, _, _, value, _ in await _points(nats_settings)] == [(RUN, 2.0)]
+    grpc_partial = (await receiver.export(request)).partial_success
+    assert grpc_partial.rejected_data_points == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "status", "code"),
+    [
+        (b"\xff\xff not protobuf", PROTOBUF, 400, "invalid_otlp"),
+        (b"{}", {"Content-Type": "application/json"}, 400, "invalid_otlp"),
+        (b"not gzip", {**PROTOBUF, "Content-Encoding": "gzip"}, 400, "invalid_otlp"),
+        (b"\x00" * (64 * 1024 + 1), PROTOBUF, 413, "body_too_large"),
+    ],
+)
+async def test_bad_http_payloads(
+    receiver: Receiver, body: bytes, headers: dict[str, str], status: int, code: str
+) -> None:
+    response = await receiver.http.post("/v1/metrics", content=body, headers=headers)
+    assert response.status_code == status, response.text
+    assert response.json()["error"]["code"] == code
+
+
+async def test_bad_grpc_payloads(receiver: Receiver, nats_settings: NatsSettings) -> None:
+    raw = receiver.grpc.unary_unary(EXPORT)
+    with pytest.raises(grpc.aio.AioRpcError) as garbage:
+        await raw(b"\xff\xff not protobuf", timeout=10)
+    assert garbage.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "invalid_otlp" in (garbage.value.details() or "")
+    # a rule of the write contract (a metric name) rejects that series, not the export
+    response = await receiver.export(export(gauge("bad name!", number(1.0)), node_id=RUN))
+    assert response.partial_success.rejected_data_points == 1
+    assert await _points(nats_settings) == []

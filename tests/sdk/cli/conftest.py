@@ -1,0 +1,98 @@
+"""A real run-registry (and ingestion) on free ports for the CLI's connected tests."""
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import pytest
+import structlog
+import uvicorn
+from fastapi import FastAPI
+
+from mldiag.cli import main
+from mldiag_ingestion.app import create_app as create_ingestion
+from mldiag_ingestion.settings import IngestionSettings
+from mldiag_platform.settings import DatabaseSettings, NatsSettings
+from mldiag_run_registry.app import create_app as create_registry
+from mldiag_run_registry.settings import RunRegistrySettings
+from support import free_port
+
+
+@contextmanager
+def served(app: FastAPI) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free port in a thread; yield its base URL."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive(), "the server stopped while starting"
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+@dataclass(frozen=True)
+class Platform:
+    """Where the served apps listen."""
+
+    api_url: str
+    ingestion_url: str
+
+
+@pytest.fixture
+def platform_apps(
+    nats_settings: NatsSettings, database_settings: DatabaseSettings, db_schema: str
+) -> Iterator[Platform]:
+    registry = create_registry(
+        RunRegistrySettings(nats=nats_settings, database=database_settings, db_schema=db_schema)
+    )
+    ingestion = create_ingestion(IngestionSettings(nats=nats_settings))
+    # The servers' info events would land in the stdout the CLI's output is read from (tests
+    # never configure structlog, so its defaults print everything there): warnings only.
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    try:
+        with served(registry) as api_url, served(ingestion) as ingestion_url:
+            yield Platform(api_url, ingestion_url)
+    finally:
+        structlog.configure(**saved)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one ``mldiag`` invocation did."""
+
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def mldiag(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., Result]:
+    """Run ``mldiag.cli.main`` in-process; return its exit status and what it printed."""
+    monkeypatch.delenv("MLDIAG_API_URL", raising=False)
+    monkeypatch.delenv("MLDIAG_TOKEN", raising=False)
+
+    def run(*args: str) -> Result:
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as exit_:  # argparse's usage errors
+            code = int(exit_.code or 0)
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return run
