@@ -3,14 +3,16 @@
 import asyncio
 import socket
 import tempfile
+import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import TypeVar
 
 import httpx
 import nats
+import uvicorn
 from fastapi import FastAPI
 from nats.aio.msg import Msg
 
@@ -89,3 +91,43 @@ async def read_messages(
     )
     parsed = (parse_message(message.data) for message in raw)
     return [message for message in parsed if isinstance(message, message_type)]
+
+
+@contextmanager
+def served_in_thread(app: FastAPI) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free port in a thread (for blocking clients such as
+    the SDK's threads or the CLI); yield its base URL."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive(), "the server stopped while starting"
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+@asynccontextmanager
+async def served_on_port(app: FastAPI) -> AsyncIterator[str]:
+    """Serve ``app`` with uvicorn on a free port in this event loop (for other processes,
+    such as the official SDK in a subprocess); yield its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None))
+    task = asyncio.create_task(server.serve())
+    try:
+        for _ in range(400):  # up to 20 s for the lifespan (migrations, streams)
+            if server.started:
+                break
+            await asyncio.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task

@@ -4,17 +4,13 @@ Both apps run under uvicorn on real ports in threads of their own, because the S
 thread speaks plain HTTP to them.
 """
 
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
-from fastapi import FastAPI
 
 import mldiag
 from mldiag_ingestion.app import create_app as create_ingestion
@@ -22,30 +18,9 @@ from mldiag_ingestion.settings import IngestionSettings
 from mldiag_platform.settings import DatabaseSettings, NatsSettings
 from mldiag_run_registry.app import create_app as create_registry
 from mldiag_run_registry.settings import RunRegistrySettings
-from support import free_port
+from support import served_in_thread
 
 pytestmark = pytest.mark.connected
-
-
-@contextmanager
-def served(app: FastAPI) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free port in a thread; yield its base URL."""
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    )
-    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive(), "the server stopped while starting"
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
 
 
 @pytest.fixture
@@ -56,7 +31,7 @@ def platform_urls(
         RunRegistrySettings(nats=nats_settings, database=database_settings, db_schema=db_schema)
     )
     ingestion = create_ingestion(IngestionSettings(nats=nats_settings))
-    with served(registry) as api_url, served(ingestion) as ingestion_url:
+    with served_in_thread(registry) as api_url, served_in_thread(ingestion) as ingestion_url:
         yield api_url, ingestion_url
 
 

@@ -6,22 +6,19 @@ names a Python with the SDK (``[otel]``) and jax installed.
 """
 
 import asyncio
-import contextlib
 import os
 import subprocess
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from mldiag_ingestion.app import create_app as create_ingestion
 from mldiag_ingestion.settings import IngestionSettings
 from mldiag_platform.settings import DatabaseSettings, NatsSettings
 from mldiag_run_registry.app import create_app as create_registry
 from mldiag_run_registry.settings import RunRegistrySettings
-from support import free_port, serving, wait_until
+from support import served_on_port, serving, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -41,23 +38,6 @@ for step in (1, 2, 3):
     metrics.record("learning_rate", 0.01 * step, step=step)
     time.sleep(0.8)
 """
-
-
-@contextlib.asynccontextmanager
-async def _registry(settings: RunRegistrySettings) -> AsyncIterator[str]:
-    port = free_port()
-    config = uvicorn.Config(create_registry(settings), host="127.0.0.1", port=port, log_config=None)
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    try:
-        for _ in range(400):  # up to 20 s for the lifespan (migrations, streams)
-            if server.started:
-                break
-            await asyncio.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
 
 
 async def _series(base: str, run_id: str, metric: str) -> list[dict[str, Any]]:
@@ -80,7 +60,7 @@ async def test_the_official_sdk_exports_metrics_to_our_otlp_receiver(
     )
     ingestion_app = create_ingestion(IngestionSettings(nats=nats_settings, otlp_grpc_port=0))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DIAGON_", "OTEL_"))}
-    async with _registry(registry) as base, serving(ingestion_app):
+    async with served_on_port(create_registry(registry)) as base, serving(ingestion_app):
         grpc_port = ingestion_app.state.otlp_grpc_port
         process = await asyncio.create_subprocess_exec(
             python,

@@ -8,7 +8,6 @@ last test also runs the SDK's own client against a real server in a subprocess.
 """
 
 import asyncio
-import contextlib
 import json
 import os
 import subprocess
@@ -17,14 +16,13 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from mldiag_platform.settings import DatabaseSettings, NatsSettings
 from mldiag_run_registry.app import create_app
 from mldiag_run_registry.settings import RunRegistrySettings
 from mldiag_schemas import bus
 from mldiag_schemas.runs import RunCreated, RunPhase, RunPhaseChanged
-from support import free_port, read_messages, serving
+from support import read_messages, served_on_port, serving
 
 pytestmark = pytest.mark.connected
 
@@ -176,30 +174,13 @@ print(json.dumps({"run_id": run_id, "adopted": adopted, "done": done}))
 """
 
 
-@contextlib.asynccontextmanager
-async def _real_server(settings: RunRegistrySettings) -> AsyncIterator[str]:
-    port = free_port()
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_config=None)
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    try:
-        for _ in range(400):  # up to 20 s for the lifespan (migrations, streams)
-            if server.started:
-                break
-            await asyncio.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-
-
 async def test_the_official_sdk_client_itself(settings: RunRegistrySettings) -> None:
     python = os.environ.get("MLDIAG_TEST_OFFICIAL_SDK_PYTHON")
     if not python:
         pytest.skip(
             "set MLDIAG_TEST_OFFICIAL_SDK_PYTHON to a Python with google-cloud-mldiagnostics"
         )
-    async with _real_server(settings) as base:
+    async with served_on_port(create_app(settings)) as base:
         process = await asyncio.create_subprocess_exec(
             python,
             "-c",
@@ -244,7 +225,7 @@ async def test_the_official_sdk_machinelearning_run(
     if not python:
         pytest.skip("set MLDIAG_TEST_OFFICIAL_SDK_PYTHON to a Python with the SDK and jax")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DIAGON_", "OTEL_"))}
-    async with _real_server(settings) as base:
+    async with served_on_port(create_app(settings)) as base:
         process = await asyncio.create_subprocess_exec(
             python,
             "-c",

@@ -1,16 +1,11 @@
 """A real run-registry (and ingestion) on free ports for the CLI's connected tests."""
 
 import logging
-import threading
-import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
 import structlog
-import uvicorn
-from fastapi import FastAPI
 
 from mldiag.cli import main
 from mldiag_ingestion.app import create_app as create_ingestion
@@ -18,28 +13,7 @@ from mldiag_ingestion.settings import IngestionSettings
 from mldiag_platform.settings import DatabaseSettings, NatsSettings
 from mldiag_run_registry.app import create_app as create_registry
 from mldiag_run_registry.settings import RunRegistrySettings
-from support import free_port
-
-
-@contextmanager
-def served(app: FastAPI) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free port in a thread; yield its base URL."""
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    )
-    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive(), "the server stopped while starting"
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
+from support import served_in_thread
 
 
 @dataclass(frozen=True)
@@ -63,7 +37,7 @@ def platform_apps(
     saved = structlog.get_config()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     try:
-        with served(registry) as api_url, served(ingestion) as ingestion_url:
+        with served_in_thread(registry) as api_url, served_in_thread(ingestion) as ingestion_url:
             yield Platform(api_url, ingestion_url)
     finally:
         structlog.configure(**saved)
