@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from mldiag.run import current_run
+from mldiag.run import Run, current_run
 
 logger = logging.getLogger("mldiag")
 _warned = False
@@ -25,13 +25,9 @@ def record(
     record_on_all_hosts: bool = False,
 ) -> None:
     """Record one value on the current run (at its current step when ``step`` is None)."""
-    run = current_run()
-    if run is None:
-        _warn_no_run()
-        return
-    if run.process_index != 0 and not record_on_all_hosts:
-        return
-    run.record(metric_name, value, step, labels)
+    run = _recording_run(record_on_all_hosts)
+    if run is not None:
+        run.record(metric_name, value, step, labels)
 
 
 def record_metrics(
@@ -40,11 +36,8 @@ def record_metrics(
     record_on_all_hosts: bool = False,
 ) -> None:
     """Record several ``{"metric_name", "value", "step"?, "labels"?}`` items at once."""
-    run = current_run()
+    run = _recording_run(record_on_all_hosts)
     if run is None:
-        _warn_no_run()
-        return
-    if run.process_index != 0 and not record_on_all_hosts:
         return
     for item in metrics:
         try:
@@ -53,6 +46,18 @@ def record_metrics(
             logger.warning("mldiag.record.bad_item item=%r (skipped)", item)
             continue
         run.record(name, value, item.get("step", step), item.get("labels"))
+
+
+def _recording_run(record_on_all_hosts: bool) -> Run | None:
+    """The run to record on: None without a run (warned once) and, like the official SDK,
+    on hosts other than process 0 unless ``record_on_all_hosts``."""
+    run = current_run()
+    if run is None:
+        _warn_no_run()
+        return None
+    if run.process_index != 0 and not record_on_all_hosts:
+        return None
+    return run
 
 
 def _warn_no_run() -> None:

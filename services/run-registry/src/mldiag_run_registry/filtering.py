@@ -330,3 +330,15 @@ def parse_order_by(text: str, fields: Mapping[str, FieldSpec]) -> list[OrderKey]
             raise InvalidOrderBy(f"{spec.name} appears twice in orderBy")
         keys.append(OrderKey(spec.name, len(words) == 2 and words[1].lower() == "desc"))
     return keys
+
+
+def render_where(expr: Expr, leaf: Callable[[Comparison], str]) -> str:
+    """Join a parsed filter's boolean structure (AND, OR, NOT) around ``leaf``, which
+    renders one comparison; each repository supplies the leaf for its own columns."""
+    if isinstance(expr, And):
+        return "(" + " AND ".join(render_where(part, leaf) for part in expr.parts) + ")"
+    if isinstance(expr, Or):
+        return "(" + " OR ".join(render_where(part, leaf) for part in expr.parts) + ")"
+    if isinstance(expr, Not):
+        return f"(NOT {render_where(expr.part, leaf)})"
+    return leaf(expr)

@@ -5,7 +5,7 @@ from datetime import datetime
 
 import asyncpg
 
-from mldiag_run_registry.filtering import And, Expr, Not, Or
+from mldiag_run_registry.filtering import Comparison, Expr, render_where
 from mldiag_schemas.operations import Operation, OperationError, OperationMetadata, OperationVerb
 from mldiag_schemas.runs import Run
 
@@ -41,12 +41,10 @@ def _operation_from(row: asyncpg.Record) -> Operation:
 
 
 def _where(expr: Expr, params: list[object]) -> str:
-    if isinstance(expr, And):
-        return "(" + " AND ".join(_where(part, params) for part in expr.parts) + ")"
-    if isinstance(expr, Or):
-        return "(" + " OR ".join(_where(part, params) for part in expr.parts) + ")"
-    if isinstance(expr, Not):
-        return f"(NOT {_where(expr.part, params)})"
+    return render_where(expr, lambda comparison: _comparison(comparison, params))
+
+
+def _comparison(expr: Comparison, params: list[object]) -> str:
     column = _FILTER_COLUMNS[expr.field]
     if expr.op == ":" and expr.value is None:
         return "true"

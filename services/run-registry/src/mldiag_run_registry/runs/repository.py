@@ -9,7 +9,7 @@ from typing import Literal
 import asyncpg
 
 from mldiag_platform.outbox import Outbox
-from mldiag_run_registry.filtering import And, Comparison, Expr, Not, Or, OrderKey
+from mldiag_run_registry.filtering import Comparison, Expr, OrderKey, render_where
 from mldiag_run_registry.operations.repository import OperationsRepository
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.ids import run_name
@@ -139,13 +139,7 @@ def _sql_value(field: str, value: object) -> object:
 
 
 def _where(expr: Expr, params: list[object]) -> str:
-    if isinstance(expr, And):
-        return "(" + " AND ".join(_where(part, params) for part in expr.parts) + ")"
-    if isinstance(expr, Or):
-        return "(" + " OR ".join(_where(part, params) for part in expr.parts) + ")"
-    if isinstance(expr, Not):
-        return f"(NOT {_where(expr.part, params)})"
-    return _comparison(expr, params)
+    return render_where(expr, lambda comparison: _comparison(comparison, params))
 
 
 def _comparison(expr: Comparison, params: list[object]) -> str:
