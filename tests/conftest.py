@@ -11,13 +11,16 @@ import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 
 import asyncpg
 import nats
 import pytest
 
+from mldiag_platform.auth import new_secret, open_token_directory, secret_hash
 from mldiag_platform.bus import Publisher, connect_bus
 from mldiag_platform.settings import DatabaseSettings, NatsSettings
+from mldiag_schemas.auth import Role, TokenGrant
 from support import free_port, world_readable_tempdir
 
 
@@ -126,9 +129,11 @@ async def namespace(nats_url: str) -> AsyncIterator[str]:
     try:
         js = client.jetstream()
         for name in await js.streams_info():
-            if name.config.name and name.config.name.startswith(prefix.upper() + "_"):
+            stream = name.config.name or ""
+            # Streams are upper-cased; key-value buckets live in `KV_<bucket>` streams.
+            if stream.startswith((prefix.upper() + "_", f"KV_{prefix}_")):
                 with contextlib.suppress(Exception):
-                    await js.delete_stream(name.config.name)
+                    await js.delete_stream(stream)
     finally:
         await client.close()
 
@@ -146,3 +151,34 @@ async def publisher(nats_settings: NatsSettings) -> AsyncIterator[Publisher]:
     """A publisher on this test's namespace, its streams declared."""
     async with connect_bus(nats_settings, "test-publisher") as bus:
         yield bus.publisher
+
+
+@dataclass(frozen=True)
+class ApiTokens:
+    """One usable token per role, granted in this test's token directory."""
+
+    viewer: str
+    editor: str
+    admin: str
+
+    def secret(self, role: Role) -> str:
+        """The secret of ``role``'s token."""
+        return {Role.VIEWER: self.viewer, Role.EDITOR: self.editor, Role.ADMIN: self.admin}[role]
+
+    def headers(self, role: Role = Role.EDITOR) -> dict[str, str]:
+        """An ``Authorization`` header for ``role``."""
+        return {"Authorization": f"Bearer {self.secret(role)}"}
+
+
+@pytest.fixture
+async def api_tokens(nats_settings: NatsSettings) -> ApiTokens:
+    """Tokens of every role, usable by every service on this test's namespace."""
+    secrets = {role: new_secret() for role in Role}
+    async with (
+        connect_bus(nats_settings, "test-tokens") as bus,
+        open_token_directory(bus) as directory,
+    ):
+        for role, secret in secrets.items():
+            grant = TokenGrant(token_id=f"test-{role.value}", role=role)
+            await directory.grant(secret_hash(secret), grant)
+    return ApiTokens(secrets[Role.VIEWER], secrets[Role.EDITOR], secrets[Role.ADMIN])

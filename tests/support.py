@@ -16,13 +16,44 @@ import uvicorn
 from fastapi import FastAPI
 from nats.aio.msg import Msg
 
+from mldiag_platform.auth import Principal, new_secret, secret_from_authorization
+from mldiag_platform.errors import Unauthenticated
 from mldiag_platform.settings import NatsSettings
+from mldiag_schemas.auth import Permission, Role
 from mldiag_schemas.bus import Namespace, stream_of
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.messages import parse_message
 
 T = TypeVar("T")
 E = TypeVar("E", bound=Envelope)
+
+
+class StaticTokens:
+    """One token per role, held in memory: the token directory of apps tested without NATS."""
+
+    def __init__(self) -> None:
+        self.secrets = {role: new_secret() for role in Role}
+
+    def headers(self, role: Role = Role.EDITOR) -> dict[str, str]:
+        """An ``Authorization`` header for ``role``."""
+        return {"Authorization": f"Bearer {self.secrets[role]}"}
+
+    async def authorize(self, authorization: str | None, permission: Permission) -> Principal:
+        """Like the real directory: 401 for an unknown secret, 403 for a missing permission."""
+        secret = secret_from_authorization(authorization)
+        for role, known in self.secrets.items():
+            if secret == known:
+                principal = Principal(f"static-{role.value}", role)
+                principal.require(permission)
+                return principal
+        raise Unauthenticated("the API token is not valid (unknown or revoked)")
+
+
+def with_credentials(base_url: str, secret: str) -> str:
+    """``http://host:port`` as ``http://sdk:<secret>@host:port``: HTTP Basic with the token as
+    password, the way the official SDK's base URL carries it."""
+    scheme, _, rest = base_url.partition("://")
+    return f"{scheme}://sdk:{secret}@{rest}"
 
 
 def free_port() -> int:
@@ -58,11 +89,17 @@ async def wait_until(
 
 
 @asynccontextmanager
-async def serving(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    """Run the app's lifespan (real connections) and give a client that calls it in-process."""
+async def serving(
+    app: FastAPI, headers: dict[str, str] | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """Run the app's lifespan (real connections) and give a client that calls it in-process,
+    sending ``headers`` (a token, usually) with every request.
+    """
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://test", headers=headers
+        ) as client:
             yield client
 
 

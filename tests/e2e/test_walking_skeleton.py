@@ -69,6 +69,12 @@ class Stack:
         self.api = f"http://127.0.0.1:{8080 + offset}"
         self.ingestion = f"http://127.0.0.1:{8081 + offset}"
 
+    @property
+    def auth(self) -> dict[str, str]:
+        """The admin token ``mldiag up`` wrote into the home directory, as a header."""
+        token = (self.home / "admin-token").read_text().strip()
+        return {"Authorization": f"Bearer {token}"}
+
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "MLDIAG_HOME": str(self.home), "MLDIAG_PORT_OFFSET": str(self.offset)}
         return subprocess.run(  # fixed argument list
@@ -110,10 +116,12 @@ def stack() -> Iterator[Stack]:
         shutil.rmtree(home, ignore_errors=True)
 
 
-def _poll(url: str, key: str, timeout: float = 20.0) -> list[dict[str, object]]:
+def _poll(
+    url: str, key: str, headers: dict[str, str], timeout: float = 20.0
+) -> list[dict[str, object]]:
     deadline = time.monotonic() + timeout
     while True:
-        response = httpx.get(url, timeout=5)
+        response = httpx.get(url, timeout=5, headers=headers)
         response.raise_for_status()
         items: list[dict[str, object]] = response.json()[key]
         if items or time.monotonic() > deadline:
@@ -124,32 +132,46 @@ def _poll(url: str, key: str, timeout: float = 20.0) -> list[dict[str, object]]:
 def test_points_event_and_analysis_come_back_through_the_api(stack: Stack) -> None:
     status = stack.cli("status")
     assert status.returncode == 0, status.stdout + status.stderr
+    # the CLI finds the stack's admin token in MLDIAG_HOME without being told
+    listed = stack.cli("runs", "list", "--api-url", stack.api)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
 
     run_id = f"e2e-{uuid.uuid4().hex[:8]}"
+    anonymous = httpx.get(f"{stack.api}/v1/machineLearningRuns", timeout=5)
+    assert anonymous.status_code == 401
+    assert anonymous.json()["error"]["code"] == "unauthenticated"
     created = httpx.post(
         f"{stack.api}/v1/machineLearningRuns",
         content=json.dumps({"runId": run_id, "displayName": "e2e"}),
         timeout=5,
+        headers=stack.auth,
     )
     assert created.status_code == 200, created.text
     assert created.json()["response"]["runId"] == run_id  # a done create operation
 
     body = b'{"series": [{"name": "loss", "steps": [1, 2, 3, 4], "values": [0.9, 0.7, NaN, 0.5], "host": "host-0"}]}'
     written = httpx.post(
-        f"{stack.ingestion}/v1/machineLearningRuns/{run_id}/metrics:write", content=body, timeout=5
+        f"{stack.ingestion}/v1/machineLearningRuns/{run_id}/metrics:write",
+        content=body,
+        timeout=5,
+        headers=stack.auth,
     )
     assert written.status_code == 202, written.text
 
-    points = _poll(f"{stack.api}/v1/machineLearningRuns/{run_id}/metrics/loss", "points")
+    points = _poll(
+        f"{stack.api}/v1/machineLearningRuns/{run_id}/metrics/loss", "points", stack.auth
+    )
     assert [p["step"] for p in points] == [1, 2, 3, 4]
     assert math.isnan(points[2]["value"])  # type: ignore[arg-type]
 
-    [event] = _poll(f"{stack.api}/v1/machineLearningRuns/{run_id}/events", "events")
+    [event] = _poll(f"{stack.api}/v1/machineLearningRuns/{run_id}/events", "events", stack.auth)
     assert event["type"] == "NUMERICAL_INSTABILITY"
     assert event["hosts"] == ["host-0"]
     assert event["evidence"]["firstBadStep"] == 3  # type: ignore[index]
 
-    [analysis] = _poll(f"{stack.api}/v1/machineLearningRuns/{run_id}/analyses", "analyses")
+    [analysis] = _poll(
+        f"{stack.api}/v1/machineLearningRuns/{run_id}/analyses", "analyses", stack.auth
+    )
     assert analysis["eventId"] == event["eventId"]
     [report] = analysis["reports"]  # type: ignore[misc]
     assert report["detectionState"] == "DETECTED"
@@ -159,13 +181,20 @@ def test_points_event_and_analysis_come_back_through_the_api(stack: Stack) -> No
 def test_xprof_instance_starts_and_stops(stack: Stack) -> None:
     provisioner = f"http://127.0.0.1:{8084 + stack.offset}"
     started = httpx.post(
-        f"{provisioner}/v1/xprofInstances", json={"runId": "e2e-profiles"}, timeout=60
+        f"{provisioner}/v1/xprofInstances",
+        json={"runId": "e2e-profiles"},
+        timeout=60,
+        headers=stack.auth,
     )
     assert started.status_code == 201, started.text
     instance = started.json()
     assert instance["state"] == "RUNNING"
     assert httpx.get(f"{instance['url']}data/plugin/profile/runs", timeout=10).status_code == 200
-    stopped = httpx.delete(f"{provisioner}/v1/xprofInstances/{instance['instanceId']}", timeout=30)
+    stopped = httpx.delete(
+        f"{provisioner}/v1/xprofInstances/{instance['instanceId']}",
+        timeout=30,
+        headers=stack.auth,
+    )
     assert stopped.json()["state"] == "STOPPED"
 
 

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from conftest import ApiTokens
 from mldiag_ingestion.app import create_app
 from mldiag_ingestion.settings import IngestionSettings
 from mldiag_platform.settings import NatsSettings
@@ -21,11 +22,13 @@ WRITE = "/v1/machineLearningRuns/run-1/metrics:write"
 
 
 @pytest.fixture
-async def api(nats_settings: NatsSettings) -> AsyncIterator[httpx.AsyncClient]:
+async def api(
+    nats_settings: NatsSettings, api_tokens: ApiTokens
+) -> AsyncIterator[httpx.AsyncClient]:
     settings = IngestionSettings(
         nats=nats_settings, max_request_bytes=64 * 1024, max_points_per_request=1000
     )
-    async with serving(create_app(settings)) as client:
+    async with serving(create_app(settings), api_tokens.headers()) as client:
         yield client
 
 

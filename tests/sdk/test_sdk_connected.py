@@ -4,6 +4,7 @@ Both apps run under uvicorn on real ports in threads of their own, because the S
 thread speaks plain HTTP to them.
 """
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import httpx
 import pytest
 
 import mldiag
+from conftest import ApiTokens
 from mldiag_ingestion.app import create_app as create_ingestion
 from mldiag_ingestion.settings import IngestionSettings
 from mldiag_platform.settings import DatabaseSettings, NatsSettings
@@ -25,8 +27,14 @@ pytestmark = pytest.mark.connected
 
 @pytest.fixture
 def platform_urls(
-    nats_settings: NatsSettings, database_settings: DatabaseSettings, db_schema: str
+    nats_settings: NatsSettings,
+    database_settings: DatabaseSettings,
+    db_schema: str,
+    api_tokens: ApiTokens,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[tuple[str, str]]:
+    """The registry and ingestion, served; the SDK finds an editor's token in MLDIAG_TOKEN."""
+    monkeypatch.setenv("MLDIAG_TOKEN", api_tokens.editor)
     registry = create_registry(
         RunRegistrySettings(nats=nats_settings, database=database_settings, db_schema=db_schema)
     )
@@ -35,8 +43,14 @@ def platform_urls(
         yield api_url, ingestion_url
 
 
+def _auth() -> dict[str, str]:
+    return {"Authorization": f"Bearer {os.environ['MLDIAG_TOKEN']}"}
+
+
 def read_series(api_url: str, run_id: str, metric: str) -> list[dict[str, Any]]:
-    response = httpx.get(f"{api_url}/v1/machineLearningRuns/{run_id}/metrics/{metric}")
+    response = httpx.get(
+        f"{api_url}/v1/machineLearningRuns/{run_id}/metrics/{metric}", headers=_auth()
+    )
     if response.status_code != 200:
         return []
     points: list[dict[str, Any]] = response.json()["points"]
@@ -75,7 +89,7 @@ def test_points_logged_through_the_sdk_read_back_from_the_api(
     assert {point["host"] for point in points} == {run.host}
 
     assert run.finish() is True
-    described = httpx.get(f"{api_url}/v1/machineLearningRuns/{run.run_id}").json()
+    described = httpx.get(f"{api_url}/v1/machineLearningRuns/{run.run_id}", headers=_auth()).json()
     assert described["displayName"] == "connected"
     assert described["runSet"] == "sdk-tests"
     assert described["configs"]["userConfigs"] == {"lr": 3e-4, "layers": 12}
@@ -98,5 +112,5 @@ def test_points_logged_through_the_sdk_read_back_from_the_api(
         points = read_series(api_url, run.run_id, "loss")
         time.sleep(0.1)
     assert len(points) == 501
-    described = httpx.get(f"{api_url}/v1/machineLearningRuns/{run.run_id}").json()
+    described = httpx.get(f"{api_url}/v1/machineLearningRuns/{run.run_id}", headers=_auth()).json()
     assert described["runPhase"] == "COMPLETED"

@@ -9,8 +9,10 @@ import pytest
 from fastapi import FastAPI
 
 from mldiag_platform.http import create_http_app
+from mldiag_schemas.auth import Role
 from mldiag_xprof_provisioner import handlers
 from mldiag_xprof_provisioner.settings import XProfProvisionerSettings
+from support import StaticTokens
 from xprof_provisioner.xprof_fakes import World
 
 
@@ -24,9 +26,12 @@ async def api(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, World]]:
     world = World(tmp_path, max_instances=2)
     app = create_http_app("xprof-provisioner", _no_connections, {})
     app.state.service = world.service
+    tokens = app.state.tokens = StaticTokens()
     app.include_router(handlers.router)
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://test", headers=tokens.headers(Role.EDITOR)
+    ) as client:
         yield client, world
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ApiTokens
 from mldiag_platform.settings import NatsSettings, StorageSettings
 from mldiag_platform.storage import FileStore
 from mldiag_schemas.bus import Namespace
@@ -197,11 +198,11 @@ def _states(messages: Sequence[XProfInstanceChanged]) -> list[XProfInstanceState
 
 
 async def test_the_app_serves_the_api_announces_changes_and_stops_xprof_on_shutdown(
-    tmp_path: Path, nats_settings: NatsSettings, nats_url: str
+    tmp_path: Path, nats_settings: NatsSettings, nats_url: str, api_tokens: ApiTokens
 ) -> None:
     settings = _settings(tmp_path).model_copy(update={"nats": nats_settings})
     await FileStore(tmp_path / "storage").put(PROFILE_KEY.format(run="run-app"), b"xplane")
-    async with serving(create_app(settings)) as client:
+    async with serving(create_app(settings), api_tokens.headers()) as client:
         health = await client.get("/healthz")
         assert health.status_code == 200
         assert health.json()["checks"] == {"nats": True}

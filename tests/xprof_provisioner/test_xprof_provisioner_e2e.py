@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from conftest import ApiTokens
 from mldiag_platform.storage import FileStore
 from mldiag_xprof_provisioner.process import SubprocessLauncher
 from mldiag_xprof_provisioner.service import XProfProvisioner
@@ -70,7 +71,9 @@ class Provisioner:
 
 
 @asynccontextmanager
-async def _provisioner(tmp_path: Path, nats_url: str, namespace: str) -> AsyncIterator[Provisioner]:
+async def _provisioner(
+    tmp_path: Path, nats_url: str, namespace: str, token: str
+) -> AsyncIterator[Provisioner]:
     storage = FileStore(tmp_path / "storage")
     await storage.put("run-e2e/plugins/profile/session1/host1.xplane.pb", b"xplane")
     port = _free_port()
@@ -91,7 +94,11 @@ async def _provisioner(tmp_path: Path, nats_url: str, namespace: str) -> AsyncIt
             sys.executable, "-m", "mldiag_xprof_provisioner", env=env, stdout=out, stderr=out
         )
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}",
+            timeout=30,
+            headers={"Authorization": f"Bearer {token}"},
+        ) as client:
 
             async def health() -> int:
                 assert process.returncode is None, log.read_text()
@@ -123,9 +130,9 @@ async def _until_dead(pid: int) -> None:
 
 
 async def test_sigterm_stops_every_xprof_and_removes_the_copies(
-    tmp_path: Path, nats_url: str, namespace: str
+    tmp_path: Path, nats_url: str, namespace: str, api_tokens: ApiTokens
 ) -> None:
-    async with _provisioner(tmp_path, nats_url, namespace) as provisioner:
+    async with _provisioner(tmp_path, nats_url, namespace, api_tokens.editor) as provisioner:
         instance, child = await _start_xprof(provisioner)
         provisioner.process.send_signal(signal.SIGTERM)
         async with asyncio.timeout(20):
@@ -140,9 +147,9 @@ async def test_sigterm_stops_every_xprof_and_removes_the_copies(
 
 
 async def test_sigkill_takes_the_xprofs_with_it_and_the_next_start_clears_the_copies(
-    tmp_path: Path, nats_url: str, namespace: str
+    tmp_path: Path, nats_url: str, namespace: str, api_tokens: ApiTokens
 ) -> None:
-    async with _provisioner(tmp_path, nats_url, namespace) as provisioner:
+    async with _provisioner(tmp_path, nats_url, namespace, api_tokens.editor) as provisioner:
         instance, child = await _start_xprof(provisioner)
         provisioner.process.kill()
         await provisioner.process.wait()

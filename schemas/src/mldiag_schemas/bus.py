@@ -81,6 +81,10 @@ XPROF_INSTANCE_CHANGED = "profiling.instance.changed"
 DEADLETTER_PREFIX = "deadletter"
 """Dead-lettered messages are republished under ``deadletter.<original subject>``."""
 
+TOKEN_DIRECTORY_BUCKET = "auth_tokens"  # noqa: S105  # a bucket name
+"""Key-value bucket of API token grants (key: the secret's hash). run-registry owns the
+tokens and writes it; every service with endpoints reads it to authorise requests."""
+
 # Durable consumer names, one per (service, purpose).
 REGISTRY_METRICS_DURABLE = "run-registry-metrics"
 """run-registry storing metric points."""
@@ -122,6 +126,10 @@ class Namespace:
     def stream_subjects(self, spec: StreamSpec) -> list[str]:
         """The namespaced subjects a stream captures."""
         return [f"{self.prefix}.{subject}" for subject in spec.subjects]
+
+    def bucket(self, name: str) -> str:
+        """The namespaced key-value bucket name (bucket names cannot contain dots)."""
+        return f"{self.prefix}_{name}".replace(".", "_")
 
     def durable(self, name: str) -> str:
         """The namespaced durable consumer name."""

@@ -13,12 +13,14 @@ from typing import Any
 import httpx
 import pytest
 
+from conftest import ApiTokens
 from mldiag_ingestion.app import create_app as create_ingestion
 from mldiag_ingestion.settings import IngestionSettings
 from mldiag_platform.settings import DatabaseSettings, NatsSettings
 from mldiag_run_registry.app import create_app as create_registry
 from mldiag_run_registry.settings import RunRegistrySettings
-from support import served_on_port, serving, wait_until
+from mldiag_schemas.auth import Role
+from support import served_on_port, serving, wait_until, with_credentials
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -40,8 +42,10 @@ for step in (1, 2, 3):
 """
 
 
-async def _series(base: str, run_id: str, metric: str) -> list[dict[str, Any]]:
-    async with httpx.AsyncClient(base_url=base) as client:
+async def _series(
+    base: str, run_id: str, metric: str, headers: dict[str, str]
+) -> list[dict[str, Any]]:
+    async with httpx.AsyncClient(base_url=base, headers=headers) as client:
         response = await client.get(f"/v1/machineLearningRuns/{run_id}/metrics/{metric}")
     if response.status_code != 200:
         return []
@@ -50,7 +54,10 @@ async def _series(base: str, run_id: str, metric: str) -> list[dict[str, Any]]:
 
 
 async def test_the_official_sdk_exports_metrics_to_our_otlp_receiver(
-    nats_settings: NatsSettings, database_settings: DatabaseSettings, db_schema: str
+    nats_settings: NatsSettings,
+    database_settings: DatabaseSettings,
+    db_schema: str,
+    api_tokens: ApiTokens,
 ) -> None:
     python = os.environ.get("MLDIAG_TEST_OFFICIAL_SDK_PYTHON")
     if not python:
@@ -66,7 +73,7 @@ async def test_the_official_sdk_exports_metrics_to_our_otlp_receiver(
             python,
             "-c",
             _SDK_SCRIPT,
-            base,
+            with_credentials(base, api_tokens.editor),
             "otlp-workload",
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -75,18 +82,21 @@ async def test_the_official_sdk_exports_metrics_to_our_otlp_receiver(
                 "JAX_PLATFORMS": "cpu",
                 "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{grpc_port}",
                 "OTEL_EXPORTER_OTLP_INSECURE": "true",
+                # values are URL-encoded: the space of "Bearer <token>" is %20
+                "OTEL_EXPORTER_OTLP_HEADERS": f"authorization=Bearer%20{api_tokens.editor}",
                 "OTEL_METRIC_EXPORT_INTERVAL": "200",  # ms; the default is 60 s
             },
         )
         out, err = await asyncio.wait_for(process.communicate(), timeout=150)
         assert process.returncode == 0, err.decode()[-3000:]
         run_id = out.decode().split()[-1]
+        viewer = api_tokens.headers(Role.VIEWER)
 
         loss = await wait_until(
-            lambda: _series(base, run_id, "loss"), lambda points: len(points) >= 3
+            lambda: _series(base, run_id, "loss", viewer), lambda points: len(points) >= 3
         )
         rate = await wait_until(
-            lambda: _series(base, run_id, "learning_rate"), lambda points: len(points) >= 3
+            lambda: _series(base, run_id, "learning_rate", viewer), lambda points: len(points) >= 3
         )
     # every step once, although each gauge was exported at several collections
     assert [(p["step"], p["value"]) for p in loss] == [(1, 1.0), (2, 0.5), (3, 1 / 3)]

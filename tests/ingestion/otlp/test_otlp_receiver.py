@@ -13,6 +13,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 
+from conftest import ApiTokens
 from ingestion.otlp.otlp_messages import T0, export, gauge, number, sdk_export
 from mldiag_ingestion.app import create_app
 from mldiag_ingestion.settings import IngestionSettings
@@ -32,6 +33,10 @@ PROTOBUF = {"Content-Type": "application/x-protobuf"}
 class Receiver:
     http: httpx.AsyncClient
     grpc: grpc.aio.Channel
+    token: str
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.token}"),)
 
     async def export(self, request: ExportMetricsServiceRequest) -> ExportMetricsServiceResponse:
         call = self.grpc.unary_unary(
@@ -39,18 +44,20 @@ class Receiver:
             request_serializer=ExportMetricsServiceRequest.SerializeToString,
             response_deserializer=ExportMetricsServiceResponse.FromString,
         )
-        response: ExportMetricsServiceResponse = await call(request, timeout=10)
+        response: ExportMetricsServiceResponse = await call(
+            request, timeout=10, metadata=self.metadata()
+        )
         return response
 
 
 @pytest.fixture
-async def receiver(nats_settings: NatsSettings) -> AsyncIterator[Receiver]:
+async def receiver(nats_settings: NatsSettings, api_tokens: ApiTokens) -> AsyncIterator[Receiver]:
     settings = IngestionSettings(nats=nats_settings, otlp_grpc_port=0, max_request_bytes=64 * 1024)
     app = create_app(settings)
-    async with serving(app) as client:
+    async with serving(app, api_tokens.headers()) as client:
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{app.state.otlp_grpc_port}")
         try:
-            yield Receiver(client, channel)
+            yield Receiver(client, channel, api_tokens.editor)
         finally:
             await channel.close()
 
@@ -95,7 +102,11 @@ async def test_an_http_protobuf_export_gzip_and_authorization_header(
     response = await receiver.http.post(
         "/v1/metrics",
         content=body,
-        headers={**PROTOBUF, "Content-Encoding": "gzip", "Authorization": "Bearer anything"},
+        headers={
+            **PROTOBUF,
+            "Content-Encoding": "gzip",
+            "Authorization": f"Bearer {receiver.token}",
+        },
     )
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == "application/x-protobuf"
@@ -140,10 +151,26 @@ async def test_bad_http_payloads(
 async def test_bad_grpc_payloads(receiver: Receiver, nats_settings: NatsSettings) -> None:
     raw = receiver.grpc.unary_unary(EXPORT)
     with pytest.raises(grpc.aio.AioRpcError) as garbage:
-        await raw(b"\xff\xff not protobuf", timeout=10)
+        await raw(b"\xff\xff not protobuf", timeout=10, metadata=receiver.metadata())
     assert garbage.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "invalid_otlp" in (garbage.value.details() or "")
     # a rule of the write contract (a metric name) rejects that series, not the export
     response = await receiver.export(export(gauge("bad name!", number(1.0)), node_id=RUN))
     assert response.partial_success.rejected_data_points == 1
     assert await _points(nats_settings) == []
+
+
+async def test_grpc_exports_need_a_token_that_may_write(
+    receiver: Receiver, api_tokens: ApiTokens, nats_settings: NatsSettings
+) -> None:
+    raw = receiver.grpc.unary_unary(EXPORT)
+    body = export(gauge("gpu.util", number(1.0)), node_id=RUN).SerializeToString()
+    with pytest.raises(grpc.aio.AioRpcError) as anonymous:
+        await raw(body, timeout=10)
+    assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    viewer = (("authorization", f"Bearer {api_tokens.viewer}"),)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await raw(body, timeout=10, metadata=viewer)
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "machineLearningRuns.writeMetrics" in (refused.value.details() or "")
+    assert await _points(nats_settings) == []  # nothing refused was stored

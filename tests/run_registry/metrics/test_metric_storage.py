@@ -21,8 +21,10 @@ from mldiag_run_registry.metrics import handlers
 from mldiag_run_registry.metrics.repository import ROLLUP_LEVELS, MetricsRepository
 from mldiag_run_registry.metrics.service import MetricsService
 from mldiag_run_registry.runs.errors import RunNotFound
+from mldiag_schemas.auth import Role
 from mldiag_schemas.runs import Run
 from mldiag_schemas.telemetry import MetricColumns, MetricPointsReceived, to_unix_micros
+from support import StaticTokens
 
 pytestmark = pytest.mark.connected
 
@@ -70,9 +72,12 @@ async def store(database_settings: DatabaseSettings, db_schema: str) -> AsyncIte
 
     app = create_http_app("test", lifespan, {})
     app.state.metrics = service
+    tokens = app.state.tokens = StaticTokens()
     app.include_router(handlers.router)
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://test", headers=tokens.headers(Role.VIEWER)
+    ) as client:
         yield Store(pool, service, client, runs)
     await pool.execute(f"DROP SCHEMA {db_schema} CASCADE")
     await pool.close()

@@ -17,12 +17,13 @@ from typing import Any
 import httpx
 import pytest
 
+from conftest import ApiTokens
 from mldiag_platform.settings import DatabaseSettings, NatsSettings
 from mldiag_run_registry.app import create_app
 from mldiag_run_registry.settings import RunRegistrySettings
 from mldiag_schemas import bus
 from mldiag_schemas.runs import RunCreated, RunPhase, RunPhaseChanged
-from support import read_messages, served_on_port, serving
+from support import read_messages, served_on_port, serving, with_credentials
 
 pytestmark = pytest.mark.connected
 
@@ -40,8 +41,10 @@ def settings(
 
 
 @pytest.fixture
-async def api(settings: RunRegistrySettings) -> AsyncIterator[httpx.AsyncClient]:
-    async with serving(create_app(settings)) as client:
+async def api(
+    settings: RunRegistrySettings, api_tokens: ApiTokens
+) -> AsyncIterator[httpx.AsyncClient]:
+    async with serving(create_app(settings), api_tokens.headers()) as client:
         yield client
 
 
@@ -174,7 +177,9 @@ print(json.dumps({"run_id": run_id, "adopted": adopted, "done": done}))
 """
 
 
-async def test_the_official_sdk_client_itself(settings: RunRegistrySettings) -> None:
+async def test_the_official_sdk_client_itself(
+    settings: RunRegistrySettings, api_tokens: ApiTokens
+) -> None:
     python = os.environ.get("MLDIAG_TEST_OFFICIAL_SDK_PYTHON")
     if not python:
         pytest.skip(
@@ -185,7 +190,7 @@ async def test_the_official_sdk_client_itself(settings: RunRegistrySettings) -> 
             python,
             "-c",
             _SDK_SCRIPT,
-            base,
+            with_credentials(base, api_tokens.editor),
             "train-42",
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -196,7 +201,7 @@ async def test_the_official_sdk_client_itself(settings: RunRegistrySettings) -> 
         # our run id is the SDK's own deterministic id, so its OTLP node_id matches
         assert result["adopted"] == result["run_id"]
         assert result["done"]["workload"]["state"] == "STATE_SUCCEEDED"
-        async with httpx.AsyncClient(base_url=base) as client:
+        async with httpx.AsyncClient(base_url=base, headers=api_tokens.headers()) as client:
             run = (await client.get(f"/v1/machineLearningRuns/{result['run_id']}")).json()
         assert run["state"] == "STATE_COMPLETED"
         assert run["artifacts"]["gcsPath"] == "gs://bucket/runs"
@@ -219,7 +224,7 @@ if sys.argv[3] == "fail":
 
 @pytest.mark.parametrize("outcome", ["complete", "fail"])
 async def test_the_official_sdk_machinelearning_run(
-    settings: RunRegistrySettings, outcome: str
+    settings: RunRegistrySettings, api_tokens: ApiTokens, outcome: str
 ) -> None:
     python = os.environ.get("MLDIAG_TEST_OFFICIAL_SDK_PYTHON")
     if not python:
@@ -230,7 +235,7 @@ async def test_the_official_sdk_machinelearning_run(
             python,
             "-c",
             _SDK_RUN_SCRIPT,
-            base,
+            with_credentials(base, api_tokens.editor),
             f"workload-{outcome}",
             outcome,
             stdout=subprocess.PIPE,
@@ -240,7 +245,7 @@ async def test_the_official_sdk_machinelearning_run(
         out, err = await asyncio.wait_for(process.communicate(), timeout=120)
         assert (process.returncode == 0) == (outcome == "complete"), err.decode()[-3000:]
         run_id = out.decode().split()[-1]
-        async with httpx.AsyncClient(base_url=base) as client:
+        async with httpx.AsyncClient(base_url=base, headers=api_tokens.headers()) as client:
             run = (await client.get(f"/v1/machineLearningRuns/{run_id}")).json()
     assert run["displayName"] == "sdk-e2e", run
     assert run["workloadId"] == f"workload-{outcome}"

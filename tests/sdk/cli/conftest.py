@@ -3,10 +3,12 @@
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import structlog
 
+from conftest import ApiTokens
 from mldiag.cli import main
 from mldiag_ingestion.app import create_app as create_ingestion
 from mldiag_ingestion.settings import IngestionSettings
@@ -22,12 +24,19 @@ class Platform:
 
     api_url: str
     ingestion_url: str
+    tokens: ApiTokens
 
 
 @pytest.fixture
 def platform_apps(
-    nats_settings: NatsSettings, database_settings: DatabaseSettings, db_schema: str
+    nats_settings: NatsSettings,
+    database_settings: DatabaseSettings,
+    db_schema: str,
+    api_tokens: ApiTokens,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Platform]:
+    """The registry and ingestion, served; the CLI's token (``MLDIAG_TOKEN``) is an admin's."""
+    monkeypatch.setenv("MLDIAG_TOKEN", api_tokens.admin)
     registry = create_registry(
         RunRegistrySettings(nats=nats_settings, database=database_settings, db_schema=db_schema)
     )
@@ -38,7 +47,7 @@ def platform_apps(
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     try:
         with served_in_thread(registry) as api_url, served_in_thread(ingestion) as ingestion_url:
-            yield Platform(api_url, ingestion_url)
+            yield Platform(api_url, ingestion_url, api_tokens)
     finally:
         structlog.configure(**saved)
 
@@ -52,13 +61,17 @@ class Result:
     err: str
 
 
-@pytest.fixture
-def mldiag(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> Callable[..., Result]:
-    """Run ``mldiag.cli.main`` in-process; return its exit status and what it printed."""
+@pytest.fixture(autouse=True)
+def _no_ambient_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Neither the caller's environment nor a local stack's token reaches the CLI under test."""
     monkeypatch.delenv("MLDIAG_API_URL", raising=False)
     monkeypatch.delenv("MLDIAG_TOKEN", raising=False)
+    monkeypatch.setenv("MLDIAG_HOME", str(tmp_path / "mldiag-home"))
+
+
+@pytest.fixture
+def mldiag(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
+    """Run ``mldiag.cli.main`` in-process; return its exit status and what it printed."""
 
     def run(*args: str) -> Result:
         capsys.readouterr()

@@ -264,6 +264,7 @@ def test_metrics_list_get_buckets_and_latest(
                 {"name": "lr", "steps": [0, 1], "values": [0.1, 0.05], "host": "h0"},
             ]
         },
+        headers=platform_apps.tokens.headers(),
     )
     assert written.status_code == 202, written.text
     deadline = time.monotonic() + 20
@@ -356,10 +357,37 @@ def test_api_url_and_token_come_from_the_environment(
     platform_apps: Any, mldiag: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MLDIAG_API_URL", platform_apps.api_url)
-    monkeypatch.setenv("MLDIAG_TOKEN", "secret")
+    monkeypatch.setenv("MLDIAG_TOKEN", platform_apps.tokens.viewer)
     result = mldiag("runs", "list")
     assert (result.code, result.out.strip()) == (0, "no runs")
+    refused = mldiag("runs", "create", "--display-name", "x")
+    assert refused.code == 1
+    assert refused.err.startswith("error: permission_denied: the viewer role does not grant")
     long_form = mldiag(
         "runs", "list", "--project", "default", "--location", "local", "--format", "json"
     )
     assert _json(long_form) == {"machineLearningRuns": [], "nextPageToken": ""}
+    monkeypatch.setenv("MLDIAG_TOKEN", "mldiag_not-a-token")
+    unknown = mldiag("runs", "list")
+    assert unknown.code == 1 and unknown.err.startswith("error: unauthenticated: ")
+
+
+def test_auth_tokens_create_list_and_revoke(
+    platform_apps: Any, mldiag: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = ("--api-url", platform_apps.api_url)
+    created = _json(
+        mldiag("auth", "tokens", "create", *api, "--role", "editor", "--format", "json")
+    )
+    token_id, secret = created["token"]["tokenId"], created["secret"]
+    listed = mldiag("auth", "tokens", "list", *api)
+    assert listed.code == 0 and token_id in listed.out and secret not in listed.out
+    monkeypatch.setenv("MLDIAG_TOKEN", secret)
+    assert mldiag("runs", "create", *api, "--display-name", "by-editor").code == 0
+    denied = mldiag("auth", "tokens", "list", *api)
+    assert denied.code == 1 and "apiTokens.list" in denied.err
+    monkeypatch.setenv("MLDIAG_TOKEN", platform_apps.tokens.admin)
+    revoked = mldiag("auth", "tokens", "revoke", token_id, *api)
+    assert (revoked.code, revoked.out.strip()) == (0, f"revoked {token_id}")
+    monkeypatch.setenv("MLDIAG_TOKEN", secret)
+    assert mldiag("runs", "list", *api).err.startswith("error: unauthenticated: ")

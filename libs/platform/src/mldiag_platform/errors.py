@@ -37,6 +37,14 @@ class Unauthenticated(MldiagError):
     retryable = False
 
 
+class PermissionDenied(MldiagError):
+    """The caller is known but its role does not grant what it asked for."""
+
+    code = "permission_denied"
+    http_status = 403
+    retryable = False
+
+
 class NotFound(MldiagError):
     """The named resource does not exist."""
 

@@ -142,10 +142,12 @@ class RegistryClient:
         *,
         params: Mapping[str, object] | None = None,
         body: JsonObject | None = None,
+        scoped: bool = True,
     ) -> JsonObject:
+        prefix = self._prefix if scoped else "/v1"
         try:
             response = self._http.request(
-                method, self._prefix + path, params=_drop_empty(params or {}), json=body
+                method, prefix + path, params=_drop_empty(params or {}), json=body
             )
         except httpx.TransportError as error:
             raise ApiUnreachable(self.base_url, str(error) or type(error).__name__) from error
@@ -294,3 +296,22 @@ class RegistryClient:
     def delete_operation(self, operation_id: str) -> JsonObject:
         """Forget the operation (the run it touched stays)."""
         return self._call("DELETE", f"/operations/{operation_id}")
+
+    # API tokens (not scoped to a project)
+
+    def create_token(
+        self, role: str, *, display_name: str = "", ttl_seconds: int | None = None
+    ) -> JsonObject:
+        """A new token: ``{"token": {...}, "secret": "mldiag_..."}`` (the only time it shows)."""
+        body: JsonObject = {"role": role, "displayName": display_name}
+        if ttl_seconds is not None:
+            body["ttlSeconds"] = ttl_seconds
+        return self._call("POST", "/apiTokens", body=body, scoped=False)
+
+    def list_tokens(self) -> JsonObject:
+        """Every token, without secrets: ``{"apiTokens": [...]}``."""
+        return self._call("GET", "/apiTokens", scoped=False)
+
+    def revoke_token(self, token_id: str) -> JsonObject:
+        """Revoke a token everywhere; answers it, REVOKED."""
+        return self._call("DELETE", f"/apiTokens/{token_id}", scoped=False)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from mldiag.credentials import resolve_token
 from mldiag.spool import default_root
 
 DEFAULT_API_URL = "http://127.0.0.1:8080"
@@ -27,7 +28,8 @@ class Settings:
     Attributes:
         api_url: Base URL of the run registry (runs are created and updated there).
         ingestion_url: Base URL of ingestion (metric batches are posted there).
-        token: API token sent as ``Authorization: Bearer``; empty for none.
+        token: API token sent as ``Authorization: Bearer`` (default: ``$MLDIAG_TOKEN``, else
+            the admin token ``mldiag up`` keeps in ``$MLDIAG_HOME``).
         spool_dir: Root of the disk spool (one directory per run and writer).
         batch_points: A batch is sent once this many points are buffered.
         flush_interval: ... or once the oldest buffered point is this many seconds old.
@@ -71,7 +73,7 @@ class Settings:
             ingestion_url=(
                 ingestion_url or env.get("MLDIAG_INGESTION_URL") or DEFAULT_INGESTION_URL
             ).rstrip("/"),
-            token=token if token is not None else env.get("MLDIAG_TOKEN", ""),
+            token=resolve_token(token, env),
             spool_dir=Path(root) if root else default_root(),
         )
         if not tuning:

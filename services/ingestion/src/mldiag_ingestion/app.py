@@ -10,6 +10,7 @@ from mldiag_ingestion.otlp import handlers as otlp_handlers
 from mldiag_ingestion.otlp.service import OtlpIngestion
 from mldiag_ingestion.service import IngestionService
 from mldiag_ingestion.settings import IngestionSettings
+from mldiag_platform.auth import open_token_directory
 from mldiag_platform.bus import connect_bus
 from mldiag_platform.http import HealthCheck, create_http_app
 
@@ -23,7 +24,11 @@ def create_app(settings: IngestionSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with connect_bus(settings.nats, SERVICE) as bus:
+        async with (
+            connect_bus(settings.nats, SERVICE) as bus,
+            open_token_directory(bus) as directory,
+        ):
+            app.state.tokens = directory
             service = IngestionService(bus.publisher, settings.max_points_per_request)
             app.state.service = service
             bus.consume(handlers.INGEST_CONSUMER, handlers.IngestBusHandler(service).on_ingest)
@@ -32,7 +37,9 @@ def create_app(settings: IngestionSettings | None = None) -> FastAPI:
             grpc_server = None
             if settings.otlp_enabled:
                 app.state.otlp = otlp = OtlpIngestion(service)
-                grpc_server = otlp_handlers.create_grpc_server(otlp, settings.max_request_bytes)
+                grpc_server = otlp_handlers.create_grpc_server(
+                    otlp, directory, settings.max_request_bytes
+                )
                 address = f"{settings.host}:{settings.otlp_grpc_port}"
                 app.state.otlp_grpc_port = grpc_server.add_insecure_port(address)
                 await grpc_server.start()

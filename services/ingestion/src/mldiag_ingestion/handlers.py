@@ -14,10 +14,12 @@ from mldiag_ingestion.errors import (
     UnsupportedEncoding,
 )
 from mldiag_ingestion.service import IngestionService
+from mldiag_platform.auth import requires
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.errors import InvalidArgument
 from mldiag_platform.http import ContractResponse
 from mldiag_schemas import bus
+from mldiag_schemas.auth import Permission
 from mldiag_schemas.telemetry import IngestMetrics, WriteMetricsRequest
 
 router = APIRouter()
@@ -26,8 +28,11 @@ RUN_PATH = "/v1/projects/{project}/locations/{location}/machineLearningRuns/{run
 SHORT_RUN_PATH = "/v1/machineLearningRuns/{run_id}"
 
 
-@router.post(RUN_PATH + "/metrics:write", status_code=202)
-@router.post(SHORT_RUN_PATH + "/metrics:write", status_code=202)
+_WRITE_METRICS = [requires(Permission.METRICS_WRITE)]
+
+
+@router.post(RUN_PATH + "/metrics:write", status_code=202, dependencies=_WRITE_METRICS)
+@router.post(SHORT_RUN_PATH + "/metrics:write", status_code=202, dependencies=_WRITE_METRICS)
 async def write_metrics(request: Request, run_id: str) -> Response:
     """Accept a batch of metric points; 202 once JetStream has stored every point."""
     service: IngestionService = request.app.state.service

@@ -5,6 +5,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 
+from mldiag_platform.auth import open_token_directory
 from mldiag_platform.bus import connect_bus
 from mldiag_platform.database import database_ok, load_migrations, open_database
 from mldiag_platform.http import HealthCheck, create_http_app
@@ -22,6 +23,9 @@ from mldiag_run_registry.runs import handlers as runs_handlers
 from mldiag_run_registry.runs.repository import RunRepository
 from mldiag_run_registry.runs.service import RunService
 from mldiag_run_registry.settings import RunRegistrySettings
+from mldiag_run_registry.tokens import handlers as tokens_handlers
+from mldiag_run_registry.tokens.repository import TokenRepository
+from mldiag_run_registry.tokens.service import TokenService
 
 SERVICE = "run-registry"
 
@@ -41,12 +45,18 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
                 "run-registry-operations", "mldiag_run_registry.operations.migrations"
             ),
             *load_migrations("run-registry-metrics", "mldiag_run_registry.metrics.migrations"),
+            *load_migrations("run-registry-tokens", "mldiag_run_registry.tokens.migrations"),
         ]
         async with AsyncExitStack() as stack:
             pool = await stack.enter_async_context(
                 open_database(settings.database, settings.db_schema, migrations)
             )
             bus = await stack.enter_async_context(connect_bus(settings.nats, SERVICE))
+            directory = await stack.enter_async_context(open_token_directory(bus))
+            tokens = TokenService(TokenRepository(pool), directory)
+            if settings.bootstrap_admin_token is not None:
+                await tokens.bootstrap(settings.bootstrap_admin_token.get_secret_value())
+            await tokens.sync()
             outbox = Outbox(pool, bus.publisher)
             operations = OperationsRepository(pool)
             runs = RunService(RunRepository(pool, outbox, operations), outbox)
@@ -66,6 +76,7 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
 
             app.state.runs, app.state.metrics, app.state.events = runs, metrics, events
             app.state.operations = OperationsService(operations)
+            app.state.tokens, app.state.tokens_service = directory, tokens
             checks.update(nats=bus.healthy, database=lambda: database_ok(pool))
             stack.callback(checks.clear)
             yield
@@ -76,6 +87,7 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
         metrics_handlers.router,
         events_handlers.router,
         operations_handlers.router,
+        tokens_handlers.router,
     ):
         app.include_router(router)
     return app

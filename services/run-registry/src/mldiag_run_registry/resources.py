@@ -12,6 +12,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 
+from mldiag_platform.auth import requires
+from mldiag_schemas.auth import Permission
 from mldiag_schemas.ids import DEFAULT_LOCATION, DEFAULT_PROJECT
 
 PARENT_PREFIXES = ("/v1/projects/{project}/locations/{location}", "/v1")
@@ -35,13 +37,21 @@ ParentDep = Annotated[Parent, Depends(_parent)]
 
 
 def route(
-    router: APIRouter, method: str, path: str, status_code: int = 200
+    router: APIRouter, method: str, path: str, permission: Permission, status_code: int = 200
 ) -> Callable[[Any], Any]:
-    """Register a handler on ``router`` under both the full and the short parent."""
+    """Register a handler on ``router`` under both the full and the short parent, open only
+    to callers whose role grants ``permission``.
+    """
 
     def register(func: Any) -> Any:
         for prefix in PARENT_PREFIXES:
-            router.add_api_route(prefix + path, func, methods=[method], status_code=status_code)
+            router.add_api_route(
+                prefix + path,
+                func,
+                methods=[method],
+                status_code=status_code,
+                dependencies=[requires(permission)],
+            )
         return func
 
     return register

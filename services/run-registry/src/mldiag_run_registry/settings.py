@@ -1,6 +1,6 @@
 """run-registry settings (env ``MLDIAG_RUN_REGISTRY_*`` plus the shared pieces)."""
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mldiag_platform.settings import DatabaseSettings, LogSettings, NatsSettings, StorageSettings
@@ -16,6 +16,11 @@ class RunRegistrySettings(BaseSettings):
     db_schema: str = Field(default="run_registry", description="PostgreSQL schema it owns.")
     metrics_batch_size: int = Field(
         default=200, ge=1, description="Metric messages stored per transaction."
+    )
+    bootstrap_admin_token: SecretStr | None = Field(
+        default=None,
+        description="An admin token secret to install at start (`mldiag up` generates one);"
+        " more tokens are created through the API.",
     )
     nats: NatsSettings = Field(default_factory=NatsSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)

@@ -6,6 +6,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from mldiag_platform.auth import open_token_directory
 from mldiag_platform.bus import connect_bus
 from mldiag_platform.http import HealthCheck, create_http_app
 from mldiag_platform.storage import open_store
@@ -24,7 +25,11 @@ def create_app(settings: XProfProvisionerSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with connect_bus(settings.nats, SERVICE) as bus:
+        async with (
+            connect_bus(settings.nats, SERVICE) as bus,
+            open_token_directory(bus) as directory,
+        ):
+            app.state.tokens = directory
             service = XProfProvisioner(
                 settings, open_store(settings.storage.url), bus.publisher, SubprocessLauncher()
             )

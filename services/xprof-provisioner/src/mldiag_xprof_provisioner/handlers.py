@@ -3,7 +3,9 @@
 from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 
+from mldiag_platform.auth import requires
 from mldiag_platform.http import ContractResponse
+from mldiag_schemas.auth import Permission
 from mldiag_schemas.errors import ErrorBody
 from mldiag_schemas.profiling import (
     ListXProfInstancesResponse,
@@ -39,6 +41,7 @@ def _service(request: Request) -> XProfProvisioner:
 @router.post(
     INSTANCES_PATH,
     status_code=201,
+    dependencies=[requires(Permission.XPROF_CREATE)],
     openapi_extra=_START_BODY,
     responses={201: {"model": XProfInstance}, 200: {"model": XProfInstance}, **_ERRORS},
 )
@@ -71,20 +74,32 @@ async def start_instance(request: Request) -> Response:
     return ContractResponse(started.instance, status_code=201 if started.created else 200)
 
 
-@router.get(INSTANCES_PATH, responses={200: {"model": ListXProfInstancesResponse}})
+@router.get(
+    INSTANCES_PATH,
+    dependencies=[requires(Permission.XPROF_LIST)],
+    responses={200: {"model": ListXProfInstancesResponse}},
+)
 async def list_instances(request: Request) -> Response:
     """Every instance the provisioner remembers, oldest first."""
     instances = await _service(request).list_instances()
     return ContractResponse(ListXProfInstancesResponse(xprof_instances=instances))
 
 
-@router.get(INSTANCE_PATH, responses={200: {"model": XProfInstance}, **_ERRORS})
+@router.get(
+    INSTANCE_PATH,
+    dependencies=[requires(Permission.XPROF_GET)],
+    responses={200: {"model": XProfInstance}, **_ERRORS},
+)
 async def get_instance(request: Request, instance_id: str) -> Response:
     """One instance; reading it postpones its idle stop."""
     return ContractResponse(await _service(request).get(instance_id))
 
 
-@router.delete(INSTANCE_PATH, responses={200: {"model": XProfInstance}, **_ERRORS})
+@router.delete(
+    INSTANCE_PATH,
+    dependencies=[requires(Permission.XPROF_DELETE)],
+    responses={200: {"model": XProfInstance}, **_ERRORS},
+)
 async def stop_instance(request: Request, instance_id: str) -> Response:
     """Stop an instance and delete its copy; returns it, STOPPED."""
     return ContractResponse(await _service(request).stop(instance_id))

@@ -23,6 +23,7 @@ from mldiag.cli.output import (
     render_table,
     short_time,
 )
+from mldiag.credentials import resolve_token
 
 PHASES = ("ACTIVE", "COMPLETED", "FAILED")
 """The run phases a person may set."""
@@ -75,7 +76,8 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> No
     group.add_argument(
         "--token",
         default=default(None),
-        help="bearer token sent with every request [$MLDIAG_TOKEN]",
+        help="API token sent with every request [$MLDIAG_TOKEN, else the admin token"
+        " `mldiag up` keeps in $MLDIAG_HOME]",
     )
     group.add_argument(
         "--project",
@@ -99,7 +101,7 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> No
 def client_from_args(args: argparse.Namespace) -> RegistryClient:
     """The API client the global options (and ``MLDIAG_API_URL``/``MLDIAG_TOKEN``) describe."""
     url = args.api_url or os.environ.get("MLDIAG_API_URL") or DEFAULT_API_URL
-    token = args.token or os.environ.get("MLDIAG_TOKEN") or None
+    token = resolve_token(args.token) or None
     return RegistryClient(url, token=token, project=args.project, location=args.location)
 
 
@@ -171,6 +173,11 @@ def add_api_commands(commands: Any) -> None:
     _add_metrics(group("metrics", "read a run's metrics"), verb)
     _add_operations(group("operations", "inspect the operations run writes return"), verb)
     _add_configs(group("configs", "compare runs' configs"), verb)
+    tokens_help = "create, list and revoke API tokens (admins only)"
+    tokens = group("auth", "manage access to the API").add_parser(
+        "tokens", help=tokens_help, description=tokens_help
+    )
+    _add_tokens(tokens.add_subparsers(dest="tokens_verb", required=True, metavar="VERB"), verb)
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -637,6 +644,67 @@ def _operations_delete(ctx: Context, args: argparse.Namespace) -> int:
     reference = _operation_ref(args.operation)
     answer = ctx.client.delete_operation(reference)
     ctx.emit(answer, lambda: f"deleted operation {reference}")
+    return 0
+
+
+# API tokens
+
+
+def _add_tokens(verbs: Any, verb: Any) -> None:
+    create = verb(verbs, "create", _tokens_create, "create a token; prints its secret once")
+    create.add_argument("--role", choices=("viewer", "editor", "admin"), default="viewer")
+    create.add_argument("--display-name", default="", help="what the token is for")
+    create.add_argument("--ttl", type=_positive, help="expire after this many seconds")
+    verb(verbs, "list", _tokens_list, "list tokens (never their secrets)")
+    revoke = verb(verbs, "revoke", _tokens_revoke, "revoke a token everywhere")
+    revoke.add_argument("token_id", metavar="TOKEN_ID", help="e.g. tok-1a2b3c4d5e6f")
+
+
+def _tokens_create(ctx: Context, args: argparse.Namespace) -> int:
+    answer = ctx.client.create_token(
+        args.role, display_name=args.display_name, ttl_seconds=args.ttl
+    )
+    token = answer["token"]
+    ctx.emit(
+        answer,
+        lambda: (
+            f"created {token['tokenId']} ({token['role']}); its secret, shown only now:\n"
+            f"{answer['secret']}"
+        ),
+    )
+    return 0
+
+
+def _tokens_list(ctx: Context, _args: argparse.Namespace) -> int:
+    answer = ctx.client.list_tokens()
+    tokens = answer.get("apiTokens", [])
+
+    def table() -> str:
+        if not tokens:
+            return "no tokens"
+        rows = [
+            (
+                t["tokenId"],
+                t["role"],
+                t["state"],
+                t.get("displayName", ""),
+                t["secretPrefix"] + "…",
+                short_time(t["createTime"]),
+                short_time(t.get("expireTime")),
+            )
+            for t in tokens
+        ]
+        return render_table(
+            ("TOKEN", "ROLE", "STATE", "NAME", "SECRET", "CREATED", "EXPIRES"), rows
+        )
+
+    ctx.emit(answer, table)
+    return 0
+
+
+def _tokens_revoke(ctx: Context, args: argparse.Namespace) -> int:
+    answer = ctx.client.revoke_token(args.token_id)
+    ctx.emit(answer, lambda: f"revoked {answer['tokenId']}")
     return 0
 
 

@@ -1,7 +1,8 @@
 """OTLP's two doors: the gRPC ``MetricsService`` and ``POST /v1/metrics`` (HTTP/protobuf).
 
 The only OTLP module that knows about gRPC or HTTP; both answer only once JetStream has
-stored the points. Authorization headers are accepted and ignored (no auth yet).
+stored the points. Both need a token that may write metrics, in the ``authorization``
+header or gRPC metadata (``OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer <token>``).
 """
 
 from datetime import UTC, datetime
@@ -21,7 +22,9 @@ from mldiag_ingestion.errors import InvalidBatch
 from mldiag_ingestion.handlers import _read_body
 from mldiag_ingestion.otlp.errors import InvalidOtlp
 from mldiag_ingestion.otlp.service import ExportResult, OtlpIngestion
-from mldiag_platform.errors import MldiagError
+from mldiag_platform.auth import TokenDirectory, requires
+from mldiag_platform.errors import MldiagError, PermissionDenied, Unauthenticated
+from mldiag_schemas.auth import Permission
 
 log = structlog.get_logger(__name__)
 
@@ -52,7 +55,7 @@ def _response(result: ExportResult) -> ExportMetricsServiceResponse:
     )
 
 
-@router.post("/v1/metrics")
+@router.post("/v1/metrics", dependencies=[requires(Permission.METRICS_WRITE)])
 async def export_metrics(request: Request) -> Response:
     """OTLP/HTTP with protobuf bodies (gzip allowed); JSON OTLP is not accepted."""
     otlp: OtlpIngestion = request.app.state.otlp
@@ -71,8 +74,9 @@ async def export_metrics(request: Request) -> Response:
 class MetricsServicer:
     """``MetricsService/Export`` over gRPC; errors become status codes, never crashes."""
 
-    def __init__(self, otlp: OtlpIngestion) -> None:
+    def __init__(self, otlp: OtlpIngestion, tokens: TokenDirectory) -> None:
         self._otlp = otlp
+        self._tokens = tokens
 
     async def export(self, raw: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
         """Export one request; INVALID_ARGUMENT for a client mistake, UNAVAILABLE to retry.
@@ -80,6 +84,17 @@ class MetricsServicer:
         The body arrives as bytes and is parsed here, so a payload that is not protobuf gets
         INVALID_ARGUMENT rather than the INTERNAL a failing deserializer would give.
         """
+        metadata = dict(context.invocation_metadata() or ())
+        authorization = metadata.get("authorization")
+        try:
+            await self._tokens.authorize(
+                authorization if isinstance(authorization, str) else None,
+                Permission.METRICS_WRITE,
+            )
+        except Unauthenticated as exc:
+            await context.abort(StatusCode.UNAUTHENTICATED, f"{exc.code}: {exc.message}")
+        except PermissionDenied as exc:
+            await context.abort(StatusCode.PERMISSION_DENIED, f"{exc.code}: {exc.message}")
         try:
             result = await self._otlp.export(_parse(raw), datetime.now(UTC))
         except MldiagError as exc:
@@ -95,12 +110,14 @@ class MetricsServicer:
         )
 
 
-def create_grpc_server(otlp: OtlpIngestion, max_message_bytes: int) -> grpc.aio.Server:
+def create_grpc_server(
+    otlp: OtlpIngestion, tokens: TokenDirectory, max_message_bytes: int
+) -> grpc.aio.Server:
     """A gRPC server with the metrics service (the caller binds a port and starts it)."""
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
         ]
     )
-    server.add_generic_rpc_handlers((MetricsServicer(otlp).handler(),))
+    server.add_generic_rpc_handlers((MetricsServicer(otlp, tokens).handler(),))
     return server

@@ -10,6 +10,7 @@ from mldiag_run_registry.events.service import EventsService
 from mldiag_run_registry.resources import ParentDep, route
 from mldiag_schemas import bus
 from mldiag_schemas.analyses import AnalysisCompleted, ListAnalysesResponse
+from mldiag_schemas.auth import Permission
 from mldiag_schemas.events import ListEventsResponse, WorkloadEventOpened
 
 router = APIRouter()
@@ -23,14 +24,14 @@ def _service(request: Request) -> EventsService:
 ServiceDep = Annotated[EventsService, Depends(_service)]
 
 
-@route(router, "GET", "/machineLearningRuns/{run_id}/events")
+@route(router, "GET", "/machineLearningRuns/{run_id}/events", Permission.RUNS_GET)
 async def list_events(run_id: str, parent: ParentDep, service: ServiceDep) -> Response:
     """The workload events of a run."""
     events = await service.list_events(parent.project, parent.location, run_id)
     return ContractResponse(ListEventsResponse(events=events))
 
 
-@route(router, "GET", "/machineLearningRuns/{run_id}/analyses")
+@route(router, "GET", "/machineLearningRuns/{run_id}/analyses", Permission.RUNS_GET)
 async def list_analyses(run_id: str, parent: ParentDep, service: ServiceDep) -> Response:
     """The analyses of a run's events."""
     analyses = await service.list_analyses(parent.project, parent.location, run_id)

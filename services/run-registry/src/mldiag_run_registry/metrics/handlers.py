@@ -9,6 +9,7 @@ from mldiag_platform.http import ContractResponse
 from mldiag_run_registry.metrics.service import MetricsService
 from mldiag_run_registry.resources import ParentDep, route
 from mldiag_schemas import bus
+from mldiag_schemas.auth import Permission
 from mldiag_schemas.telemetry import MetricPointsReceived
 
 router = APIRouter()
@@ -23,19 +24,19 @@ ServiceDep = Annotated[MetricsService, Depends(_service)]
 GroupByQuery = Annotated[str, Query(alias="groupBy")]
 
 
-@route(router, "GET", "/machineLearningRuns/{run_id}/metrics")
+@route(router, "GET", "/machineLearningRuns/{run_id}/metrics", Permission.RUNS_GET)
 async def list_metrics(run_id: str, parent: ParentDep, service: ServiceDep) -> Response:
     """The metrics a run recorded."""
     return ContractResponse(await service.list_metrics(parent.project, parent.location, run_id))
 
 
-@route(router, "GET", "/machineLearningRuns/{run_id}/metrics:latest")
+@route(router, "GET", "/machineLearningRuns/{run_id}/metrics:latest", Permission.RUNS_GET)
 async def latest_values(run_id: str, parent: ParentDep, service: ServiceDep) -> Response:
     """The latest value of every series of every metric of a run."""
     return ContractResponse(await service.latest(parent.project, parent.location, run_id))
 
 
-@route(router, "GET", "/machineLearningRuns:compareMetrics")
+@route(router, "GET", "/machineLearningRuns:compareMetrics", Permission.RUNS_GET)
 async def compare_metrics(
     parent: ParentDep,
     service: ServiceDep,
@@ -52,7 +53,7 @@ async def compare_metrics(
     return ContractResponse(result)
 
 
-@route(router, "GET", "/machineLearningRuns/{run_id}/metrics/{metric:path}")
+@route(router, "GET", "/machineLearningRuns/{run_id}/metrics/{metric:path}", Permission.RUNS_GET)
 async def read_series(
     run_id: str,
     metric: str,

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from mldiag_platform.http import ContractResponse, read_body
 from mldiag_run_registry.operations.service import OperationsService, parse_timeout
 from mldiag_run_registry.resources import ParentDep, route
+from mldiag_schemas.auth import Permission
 from mldiag_schemas.operations import WaitOperationRequest
 
 router = APIRouter()
@@ -22,7 +23,7 @@ def _service(request: Request) -> OperationsService:
 ServiceDep = Annotated[OperationsService, Depends(_service)]
 
 
-@route(router, "GET", "/operations")
+@route(router, "GET", "/operations", Permission.OPERATIONS_LIST)
 async def list_operations(
     parent: ParentDep,
     service: ServiceDep,
@@ -37,13 +38,13 @@ async def list_operations(
     return ContractResponse(page)
 
 
-@route(router, "GET", "/operations/{operation_id}")
+@route(router, "GET", "/operations/{operation_id}", Permission.OPERATIONS_GET)
 async def get_operation(operation_id: str, parent: ParentDep, service: ServiceDep) -> Response:
     """Get one operation."""
     return ContractResponse(await service.get(parent.project, parent.location, operation_id))
 
 
-@route(router, "POST", "/operations/{operation_id}:wait")
+@route(router, "POST", "/operations/{operation_id}:wait", Permission.OPERATIONS_GET)
 async def wait_operation(
     operation_id: str, request: Request, parent: ParentDep, service: ServiceDep
 ) -> Response:
@@ -54,14 +55,14 @@ async def wait_operation(
     return ContractResponse(operation)
 
 
-@route(router, "POST", "/operations/{operation_id}:cancel")
+@route(router, "POST", "/operations/{operation_id}:cancel", Permission.OPERATIONS_CANCEL)
 async def cancel_operation(operation_id: str, parent: ParentDep, service: ServiceDep) -> Response:
     """Cancel a running operation (409 ``operation_already_done`` when it has finished)."""
     await service.cancel(parent.project, parent.location, operation_id)
     return Response(_EMPTY, media_type="application/json")
 
 
-@route(router, "DELETE", "/operations/{operation_id}")
+@route(router, "DELETE", "/operations/{operation_id}", Permission.OPERATIONS_DELETE)
 async def delete_operation(operation_id: str, parent: ParentDep, service: ServiceDep) -> Response:
     """Forget an operation."""
     await service.delete(parent.project, parent.location, operation_id)

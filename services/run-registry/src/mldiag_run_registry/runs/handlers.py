@@ -13,6 +13,7 @@ from mldiag_platform.errors import InvalidArgument
 from mldiag_platform.http import ContractResponse, parse_body, read_body
 from mldiag_run_registry.resources import ParentDep, route
 from mldiag_run_registry.runs.service import RunService
+from mldiag_schemas.auth import Permission
 from mldiag_schemas.runs import CreateRunRequest, SelfHostedRunRequest, UpdateRunRequest
 
 router = APIRouter()
@@ -49,14 +50,14 @@ def _is_self_hosted(raw: bytes) -> bool:
     return isinstance(data, dict) and "workload" in data
 
 
-@route(router, "POST", "/machineLearningRuns")
+@route(router, "POST", "/machineLearningRuns", Permission.RUNS_CREATE)
 async def create_run(request: Request, parent: ParentDep, service: ServiceDep) -> Response:
     """Create a run; answers the done create operation (its ``response`` is the run)."""
     body = await read_body(request, CreateRunRequest)
     return ContractResponse(await service.create_run(parent.project, parent.location, body))
 
 
-@route(router, "GET", "/machineLearningRuns")
+@route(router, "GET", "/machineLearningRuns", Permission.RUNS_LIST)
 async def list_runs(
     parent: ParentDep,
     service: ServiceDep,
@@ -72,13 +73,13 @@ async def list_runs(
     return ContractResponse(page)
 
 
-@route(router, "GET", "/machineLearningRuns/{run_id}")
+@route(router, "GET", "/machineLearningRuns/{run_id}", Permission.RUNS_GET)
 async def get_run(run_id: str, parent: ParentDep, service: ServiceDep) -> Response:
     """Get one run."""
     return ContractResponse(await service.get_run(parent.project, parent.location, run_id))
 
 
-@route(router, "PATCH", "/machineLearningRuns")
+@route(router, "PATCH", "/machineLearningRuns", Permission.RUNS_CREATE)
 async def upsert_self_hosted(request: Request, parent: ParentDep, service: ServiceDep) -> Response:
     """The official SDK's create: upsert on ``logicalId``; answers the run as it reads it."""
     body = parse_body(SelfHostedRunRequest, await request.body())
@@ -89,7 +90,7 @@ async def upsert_self_hosted(request: Request, parent: ParentDep, service: Servi
     return ContractResponse(run)
 
 
-@route(router, "PATCH", "/machineLearningRuns/{run_id}")
+@route(router, "PATCH", "/machineLearningRuns/{run_id}", Permission.RUNS_UPDATE)
 async def update_run(
     run_id: str, request: Request, parent: ParentDep, service: ServiceDep
 ) -> Response:
@@ -116,7 +117,7 @@ async def update_run(
     return ContractResponse(operation)
 
 
-@route(router, "DELETE", "/machineLearningRuns/{run_id}")
+@route(router, "DELETE", "/machineLearningRuns/{run_id}", Permission.RUNS_DELETE)
 async def delete_run(
     run_id: str,
     parent: ParentDep,

@@ -1,0 +1,228 @@
+"""Authenticating and authorising API calls with tokens, in any service that has endpoints.
+
+A token's secret is random (256 bits), so a plain SHA-256 of it is a safe thing to store and
+look up: there is nothing to brute-force that a slow hash would protect. run-registry owns
+the tokens (PostgreSQL) and mirrors every usable one into a JetStream key-value bucket, the
+*token directory*, keyed by that hash. Every service keeps the directory in memory through a
+watch, so checking a request costs a dict lookup, ingestion keeps accepting while the
+registry is down, and a revocation reaches every replica within milliseconds.
+"""
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import structlog
+from fastapi import Depends, Request
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+
+from mldiag_platform.bus import Bus
+from mldiag_platform.errors import PermissionDenied, Unauthenticated
+from mldiag_schemas.auth import Permission, Role, TokenGrant
+from mldiag_schemas.bus import TOKEN_DIRECTORY_BUCKET
+
+log = structlog.get_logger(__name__)
+
+SECRET_PREFIX = "mldiag_"  # noqa: S105  # a marker, not a secret
+"""Every secret starts with this, so a leaked one is recognisable (and scannable)."""
+
+
+def new_secret() -> str:
+    """A fresh token secret."""
+    return SECRET_PREFIX + secrets.token_urlsafe(32)
+
+
+def secret_hash(secret: str) -> str:
+    """The key a secret is stored and looked up under."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def secret_from_authorization(header: str | None) -> str | None:
+    """The secret in an ``Authorization`` header: ``Bearer <secret>``, or HTTP Basic with the
+    secret as password (``http://user:SECRET@host`` in a base URL) or as user with no password.
+    """
+    if not header:
+        return None
+    scheme, _, value = header.strip().partition(" ")
+    value = value.strip()
+    if scheme.lower() == "bearer":
+        return value or None
+    if scheme.lower() == "basic":
+        try:
+            user, _, password = base64.b64decode(value, validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            raise Unauthenticated("the Basic credentials are not valid base64") from None
+        return password or user or None
+    raise Unauthenticated(f"unsupported Authorization scheme {scheme!r}: use Bearer or Basic")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a token and its role."""
+
+    token_id: str
+    role: Role
+
+    def require(self, permission: Permission) -> None:
+        """Raise ``permission_denied`` unless this caller's role grants ``permission``."""
+        if permission not in self.role.permissions:
+            raise PermissionDenied(
+                f"the {self.role.value} role does not grant {permission.value}",
+                details=[{"permission": permission.value, "role": self.role.value}],
+            )
+
+
+class Authorizer(Protocol):
+    """What a route's permission check needs from ``app.state.tokens``."""
+
+    async def authorize(self, authorization: str | None, permission: Permission) -> Principal:
+        """The caller behind an ``Authorization`` header, if it holds ``permission``."""
+        ...
+
+
+class TokenDirectory:
+    """The usable tokens, by secret hash: an in-memory copy of the key-value bucket."""
+
+    def __init__(self, kv: KeyValue) -> None:
+        self._kv = kv
+        self._grants: dict[str, TokenGrant] = {}
+        self._synced = asyncio.Event()
+
+    async def authenticate(self, secret: str | None) -> Principal:
+        """The caller a secret belongs to, or ``unauthenticated``."""
+        if not secret:
+            raise Unauthenticated(
+                "this call needs an API token: send `Authorization: Bearer <token>` (or the"
+                " token as the HTTP Basic password)"
+            )
+        key = secret_hash(secret)
+        grant = self._grants.get(key) or await self._fetch(key)
+        if grant is None:
+            raise Unauthenticated("the API token is not valid (unknown or revoked)")
+        if grant.expire_time is not None and grant.expire_time <= datetime.now(UTC):
+            raise Unauthenticated(f"the API token expired at {grant.expire_time.isoformat()}")
+        return Principal(grant.token_id, grant.role)
+
+    async def authorize(self, authorization: str | None, permission: Permission) -> Principal:
+        """Authenticate an ``Authorization`` header and check that it grants ``permission``."""
+        principal = await self.authenticate(secret_from_authorization(authorization))
+        principal.require(permission)
+        return principal
+
+    async def grant(self, key: str, grant: TokenGrant) -> None:
+        """Make a token usable everywhere (the registry calls this)."""
+        await self._kv.put(key, grant.model_dump_json().encode())
+        self._grants[key] = grant
+
+    async def revoke(self, key: str) -> None:
+        """Make a token unusable everywhere (idempotent)."""
+        self._grants.pop(key, None)
+        with suppress(KeyNotFoundError):
+            await self._kv.delete(key)
+
+    async def keys(self) -> set[str]:
+        """Every hash the bucket holds now."""
+        try:
+            return set(await self._kv.keys())
+        except NoKeysError:
+            return set()
+
+    async def synced(self, within: float) -> bool:
+        """Wait up to ``within`` seconds for the watch to hold every grant; whether it does."""
+        try:
+            await asyncio.wait_for(self._synced.wait(), within)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _fetch(self, key: str) -> TokenGrant | None:
+        """Ask the bucket directly: a token granted a moment ago may not have reached the watch."""
+        try:
+            entry = await self._kv.get(key)
+        except KeyNotFoundError:
+            return None
+        if entry.value is None:
+            return None
+        grant = TokenGrant.model_validate_json(entry.value)
+        self._grants[key] = grant
+        return grant
+
+    async def watch(self) -> None:
+        """Follow the bucket for as long as the task runs, re-watching after a failure."""
+        while True:
+            try:
+                await self._follow()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a broken watch is retried, never fatal
+                log.exception("auth.directory.watch_failed")
+                await asyncio.sleep(1.0)
+
+    async def _follow(self) -> None:
+        watcher = await self._kv.watchall()
+        seen: set[str] = set()
+        try:
+            async for entry in watcher:
+                if entry is None:  # the initial values are all in: drop what is gone
+                    for stale in self._grants.keys() - seen:
+                        self._grants.pop(stale, None)
+                    self._synced.set()
+                    continue
+                seen.add(entry.key)
+                if entry.operation in (KV_DEL, KV_PURGE) or entry.value is None:
+                    self._grants.pop(entry.key, None)
+                else:
+                    self._grants[entry.key] = TokenGrant.model_validate_json(entry.value)
+        finally:
+            with suppress(Exception):
+                await watcher.stop()  # type: ignore[no-untyped-call]
+
+
+async def _bucket(bus: Bus) -> KeyValue:
+    js = bus.broker.config.connection_state.stream
+    name = bus.namespace.bucket(TOKEN_DIRECTORY_BUCKET)
+    try:
+        bucket: KeyValue = await js.key_value(name)
+    except BucketNotFoundError:
+        bucket = await js.create_key_value(bucket=name, history=1, description="API token grants")
+    return bucket
+
+
+@asynccontextmanager
+async def open_token_directory(
+    bus: Bus, sync_timeout: float = 5.0
+) -> AsyncIterator[TokenDirectory]:
+    """The token directory of the bus's namespace, followed until the block exits."""
+    directory = TokenDirectory(await _bucket(bus))
+    task = asyncio.create_task(directory.watch(), name="token-directory")
+    try:
+        # Misses are fetched from the bucket anyway; waiting only makes the first calls cheap.
+        await directory.synced(sync_timeout)
+        yield directory
+    finally:
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+
+
+def requires(permission: Permission) -> Any:
+    """A FastAPI dependency that lets a request through only with ``permission``.
+
+    The directory is ``app.state.tokens``. The returned dependency carries the permission
+    as ``.permission`` so tests (and docs) can read what each route demands.
+    """
+
+    async def authorize(request: Request) -> Principal:
+        directory: Authorizer = request.app.state.tokens
+        return await directory.authorize(request.headers.get("authorization"), permission)
+
+    authorize.permission = permission  # type: ignore[attr-defined]
+    return Depends(authorize)

@@ -1,0 +1,134 @@
+"""API tokens, roles and the permission strings every endpoint checks.
+
+Permissions are modelled on Google ML Diagnostics' IAM permissions
+(``machineLearningRuns.get``, ``operations.cancel``, …); a role is a fixed set of them.
+"""
+
+import enum
+from datetime import datetime
+
+from pydantic import Field
+
+from mldiag_schemas.base import Contract
+
+
+class Permission(enum.StrEnum):
+    """What a caller may do; each route names exactly one."""
+
+    RUNS_CREATE = "machineLearningRuns.create"
+    RUNS_GET = "machineLearningRuns.get"
+    RUNS_LIST = "machineLearningRuns.list"
+    RUNS_UPDATE = "machineLearningRuns.update"
+    RUNS_DELETE = "machineLearningRuns.delete"
+    METRICS_WRITE = "machineLearningRuns.writeMetrics"
+    CONFIGS_WRITE = "machineLearningRuns.writeConfigs"
+    OPERATIONS_GET = "operations.get"
+    OPERATIONS_LIST = "operations.list"
+    OPERATIONS_CANCEL = "operations.cancel"
+    OPERATIONS_DELETE = "operations.delete"
+    XPROF_CREATE = "xprofInstances.create"
+    XPROF_GET = "xprofInstances.get"
+    XPROF_LIST = "xprofInstances.list"
+    XPROF_DELETE = "xprofInstances.delete"
+    TOKENS_CREATE = "apiTokens.create"
+    TOKENS_LIST = "apiTokens.list"
+    TOKENS_DELETE = "apiTokens.delete"
+
+
+class Role(enum.StrEnum):
+    """A token's role: viewers read, editors also write, admins also manage tokens."""
+
+    VIEWER = "viewer"
+    EDITOR = "editor"
+    ADMIN = "admin"
+
+    @property
+    def permissions(self) -> frozenset[Permission]:
+        """Every permission this role grants."""
+        return ROLE_PERMISSIONS[self]
+
+
+_VIEWER = frozenset(
+    {
+        Permission.RUNS_GET,
+        Permission.RUNS_LIST,
+        Permission.OPERATIONS_GET,
+        Permission.OPERATIONS_LIST,
+        Permission.XPROF_GET,
+        Permission.XPROF_LIST,
+        # Opening a run's profiles starts an XProf instance: reading, not changing the run.
+        Permission.XPROF_CREATE,
+    }
+)
+_EDITOR = _VIEWER | {
+    Permission.RUNS_CREATE,
+    Permission.RUNS_UPDATE,
+    Permission.RUNS_DELETE,
+    Permission.METRICS_WRITE,
+    Permission.CONFIGS_WRITE,
+    Permission.OPERATIONS_CANCEL,
+    Permission.OPERATIONS_DELETE,
+    Permission.XPROF_DELETE,
+}
+_ADMIN = _EDITOR | {Permission.TOKENS_CREATE, Permission.TOKENS_LIST, Permission.TOKENS_DELETE}
+
+ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
+    Role.VIEWER: _VIEWER,
+    Role.EDITOR: frozenset(_EDITOR),
+    Role.ADMIN: frozenset(_ADMIN),
+}
+
+
+class TokenState(enum.StrEnum):
+    """Whether a token still opens the API."""
+
+    ACTIVE = "ACTIVE"
+    REVOKED = "REVOKED"
+    EXPIRED = "EXPIRED"
+
+
+class ApiToken(Contract):
+    """An API token as the API shows it: never its secret, only a recognisable prefix."""
+
+    name: str = Field(description="`apiTokens/{tokenId}`.")
+    token_id: str
+    display_name: str = ""
+    role: Role
+    state: TokenState
+    secret_prefix: str = Field(description="The secret's first characters, to recognise it.")
+    create_time: datetime
+    expire_time: datetime | None = None
+    revoke_time: datetime | None = None
+
+
+class CreateTokenRequest(Contract):
+    """Body of ``POST /v1/apiTokens``."""
+
+    display_name: str = Field(default="", max_length=200)
+    role: Role = Role.VIEWER
+    ttl_seconds: int | None = Field(
+        default=None, gt=0, description="Expire this long after creation (default: never)."
+    )
+
+
+class CreatedToken(Contract):
+    """The one answer that carries a token's secret; it is stored only as a hash."""
+
+    token: ApiToken
+    secret: str
+
+
+class ListTokensResponse(Contract):
+    """Page of ``GET /v1/apiTokens`` (revoked and expired included, newest first)."""
+
+    api_tokens: list[ApiToken] = Field(default_factory=list)
+
+
+class TokenGrant(Contract):
+    """What a service needs to authorise a token, kept in the bus's token directory under
+    the hash of its secret.
+    """
+
+    token_id: str
+    role: Role
+    expire_time: datetime | None = None

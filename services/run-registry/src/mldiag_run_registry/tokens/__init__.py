@@ -1,0 +1,1 @@
+"""API tokens: stored hashed, mirrored into the bus token directory."""
