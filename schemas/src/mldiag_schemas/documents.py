@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from mldiag_schemas import bus
 from mldiag_schemas.analyses import ListAnalysesResponse
+from mldiag_schemas.auth import CreatedToken, CreateTokenRequest, ListTokensResponse
 from mldiag_schemas.errors import ErrorBody
 from mldiag_schemas.events import ListEventsResponse
 from mldiag_schemas.messages import MESSAGE_TYPES, SUBJECT_OF
@@ -57,6 +58,9 @@ RESOURCE_TYPES: tuple[type[BaseModel], ...] = (
     StartXProfRequest,
     XProfInstance,
     ListXProfInstancesResponse,
+    CreateTokenRequest,
+    CreatedToken,
+    ListTokensResponse,
     ErrorBody,
 )
 """HTTP request and response bodies."""

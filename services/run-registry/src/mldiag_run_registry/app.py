@@ -3,6 +3,7 @@
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
+import structlog
 from fastapi import FastAPI
 
 from mldiag_platform.auth import open_token_directory
@@ -29,6 +30,8 @@ from mldiag_run_registry.tokens.service import TokenService
 
 SERVICE = "run-registry"
 
+log = structlog.get_logger(__name__)
+
 
 def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
     """Build the registry app; connections open in its lifespan, not here."""
@@ -54,9 +57,14 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             bus = await stack.enter_async_context(connect_bus(settings.nats, SERVICE))
             directory = await stack.enter_async_context(open_token_directory(bus))
             tokens = TokenService(TokenRepository(pool), directory)
-            if settings.bootstrap_admin_token is not None:
-                await tokens.bootstrap(settings.bootstrap_admin_token.get_secret_value())
-            await tokens.sync()
+            bootstrap = settings.bootstrap_admin_token
+            if bootstrap is not None and bootstrap.get_secret_value():
+                await tokens.bootstrap(bootstrap.get_secret_value())
+            if not await tokens.sync():
+                log.warning(
+                    "auth.no_usable_token",
+                    hint="set MLDIAG_RUN_REGISTRY_BOOTSTRAP_ADMIN_TOKEN: every call gets 401",
+                )
             outbox = Outbox(pool, bus.publisher)
             operations = OperationsRepository(pool)
             runs = RunService(RunRepository(pool, outbox, operations), outbox)

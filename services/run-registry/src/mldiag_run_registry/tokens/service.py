@@ -80,8 +80,10 @@ class TokenService:
         await self._directory.grant(row.secret_hash, _grant(row))
         await self._repository.upsert_bootstrap(row)
 
-    async def sync(self) -> None:
-        """Put every usable token in the directory and take every other one out."""
+    async def sync(self) -> int:
+        """Put every usable token in the directory and take every other one out; answers
+        how many are usable.
+        """
         now = datetime.now(UTC)
         rows = await self._repository.list_all()
         granted = 0
@@ -92,6 +94,7 @@ class TokenService:
             else:
                 await self._directory.revoke(row.secret_hash)
         log.info("auth.tokens.synced", granted=granted, unusable=len(rows) - granted)
+        return granted
 
     async def create(self, request: CreateTokenRequest) -> CreatedToken:
         """A new token; the answer is the only place its secret ever appears."""
