@@ -30,6 +30,7 @@ import json
 import logging
 import multiprocessing
 import os
+import secrets
 import shutil
 import socket
 import statistics
@@ -66,6 +67,11 @@ SCHEMA = "bench_registry"
 def _emit(line: str = "") -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
+
+
+def _auth() -> dict[str, str]:
+    """The benchmark's admin token (set by ``main``, inherited by the client processes)."""
+    return {"Authorization": f"Bearer {os.environ['MLDIAG_BENCH_TOKEN']}"}
 
 
 def _free_port() -> int:
@@ -129,7 +135,7 @@ def _http_client(
     url: str, client: int, steps: int, go: "multiprocessing.synchronize.Event"
 ) -> None:
     bodies = _client_bodies(client, steps)
-    with httpx.Client(timeout=60.0) as http:
+    with httpx.Client(timeout=60.0, headers=_auth()) as http:
         go.wait()
         for body in bodies:
             response = http.post(url, content=body, headers={"Content-Type": "application/json"})
@@ -276,7 +282,10 @@ def _median_ms(http: httpx.Client, url: str, repeat: int, **params: int) -> floa
 
 def _create_run(api: str, run_id: str) -> None:
     response = httpx.post(
-        f"{api}/v1/machineLearningRuns", json={"runId": run_id, "displayName": run_id}, timeout=10
+        f"{api}/v1/machineLearningRuns",
+        json={"runId": run_id, "displayName": run_id},
+        timeout=10,
+        headers=_auth(),
     )
     response.raise_for_status()
 
@@ -308,6 +317,9 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
         "MLDIAG_RUN_REGISTRY_PORT": str(api_port),
         "MLDIAG_INGESTION_PORT": str(ingest_port),
         "MLDIAG_LOG_LEVEL": "WARNING",
+        "MLDIAG_RUN_REGISTRY_BOOTSTRAP_ADMIN_TOKEN": os.environ.setdefault(
+            "MLDIAG_BENCH_TOKEN", "mldiag_" + secrets.token_urlsafe(32)
+        ),
     }
     api, ingestion = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{ingest_port}"
     _emit(
@@ -382,7 +394,7 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
             analyze = await asyncpg.connect(db)
             await analyze.execute(f"ANALYZE {SCHEMA}.metric_points, {SCHEMA}.metric_rollups")
             await analyze.close()
-            with httpx.Client(base_url=api, timeout=30) as http:
+            with httpx.Client(base_url=api, timeout=30, headers=_auth()) as http:
                 series = f"/v1/machineLearningRuns/{read_run}/metrics/loss"
                 _median_ms(http, series, 5, buckets=1000)  # warm the connection and caches
                 down = _median_ms(http, series, 51, buckets=1000)
