@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import structlog
 from fastapi import Depends, Request
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from mldiag_platform.bus import Bus
@@ -127,13 +127,6 @@ class TokenDirectory:
         self._grants.pop(key, None)
         with suppress(KeyNotFoundError):
             await self._kv.delete(key)
-
-    async def keys(self) -> set[str]:
-        """Every hash the bucket holds now."""
-        try:
-            return set(await self._kv.keys())
-        except NoKeysError:
-            return set()
 
     async def synced(self, within: float) -> bool:
         """Wait up to ``within`` seconds for the watch to hold every grant; whether it does."""

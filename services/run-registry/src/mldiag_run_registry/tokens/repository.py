@@ -32,6 +32,19 @@ def _row(record: asyncpg.Record) -> TokenRow:
     return TokenRow(**{**dict(record), "role": Role(record["role"])})
 
 
+def _values(token: TokenRow) -> tuple[object, ...]:
+    return (
+        token.token_id,
+        token.secret_hash,
+        token.secret_prefix,
+        token.display_name,
+        token.role.value,
+        token.create_time,
+        token.expire_time,
+        token.revoke_time,
+    )
+
+
 class TokenRepository:
     """Tokens by id."""
 
@@ -42,14 +55,7 @@ class TokenRepository:
         """Store a new token."""
         await self._pool.execute(
             f"INSERT INTO api_tokens ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            token.token_id,
-            token.secret_hash,
-            token.secret_prefix,
-            token.display_name,
-            token.role.value,
-            token.create_time,
-            token.expire_time,
-            token.revoke_time,
+            *_values(token),
         )
 
     async def upsert_bootstrap(self, token: TokenRow) -> None:
@@ -58,14 +64,7 @@ class TokenRepository:
             f"INSERT INTO api_tokens ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
             " ON CONFLICT (token_id) DO UPDATE SET secret_hash = EXCLUDED.secret_hash,"
             " secret_prefix = EXCLUDED.secret_prefix, role = EXCLUDED.role, revoke_time = NULL",
-            token.token_id,
-            token.secret_hash,
-            token.secret_prefix,
-            token.display_name,
-            token.role.value,
-            token.create_time,
-            token.expire_time,
-            token.revoke_time,
+            *_values(token),
         )
 
     async def list_all(self) -> list[TokenRow]:
