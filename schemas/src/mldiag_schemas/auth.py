@@ -74,8 +74,8 @@ _ADMIN = _EDITOR | {Permission.TOKENS_CREATE, Permission.TOKENS_LIST, Permission
 
 ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
     Role.VIEWER: _VIEWER,
-    Role.EDITOR: frozenset(_EDITOR),
-    Role.ADMIN: frozenset(_ADMIN),
+    Role.EDITOR: _EDITOR,
+    Role.ADMIN: _ADMIN,
 }
 
 

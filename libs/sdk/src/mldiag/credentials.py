@@ -42,6 +42,7 @@ def ensure_local_token(home: Path) -> str:
     except FileNotFoundError:
         pass
     home.mkdir(parents=True, exist_ok=True)
+    # mldiag_platform.auth.new_secret's format; the SDK does not depend on the platform.
     secret = "mldiag_" + secrets.token_urlsafe(32)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w") as file:

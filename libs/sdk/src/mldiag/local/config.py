@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mldiag.credentials import ensure_local_token
 from mldiag.local.errors import LocalStackError
 from mldiag.local.process import (
     LOCALHOST,
@@ -231,5 +230,4 @@ def service_environment(config: StackConfig, nats_url: str, database_url: str) -
         env[f"{spec.env_prefix}_HOST"] = config.service_hosts[spec.name]
         env[f"{spec.env_prefix}_PORT"] = str(config.service_ports[spec.name])
     env["MLDIAG_INGESTION_OTLP_GRPC_PORT"] = str(config.otlp_grpc_port)
-    env["MLDIAG_RUN_REGISTRY_BOOTSTRAP_ADMIN_TOKEN"] = ensure_local_token(config.home)
     return env

@@ -18,6 +18,7 @@ from types import FrameType
 
 import httpx
 
+from mldiag.credentials import ensure_local_token
 from mldiag.local.config import (
     SPECS,
     ServiceSpec,
@@ -276,7 +277,9 @@ class Supervisor:
             )
         )
         self._check_stop()
-        self._start_services(service_environment(config, nats.url, postgres.url))
+        env = service_environment(config, nats.url, postgres.url)
+        env["MLDIAG_RUN_REGISTRY_BOOTSTRAP_ADMIN_TOKEN"] = ensure_local_token(config.home)
+        self._start_services(env)
         self._wait_services_healthy()
 
     def _start_services(self, env: dict[str, str]) -> None:
