@@ -24,7 +24,7 @@ from support import world_readable_tempdir
 pytestmark = pytest.mark.e2e
 
 MLDIAG = [sys.executable, "-m", "mldiag.cli"]
-BASE_PORTS = (4317, 8080, 8081, 8082, 8083, 8084, 14222, 18222, 15432)
+BASE_PORTS = (4317, 4318, 8080, 8081, 8082, 8083, 8084, 14222, 18222, 15432)
 
 
 def _ports_free(offset: int) -> bool:

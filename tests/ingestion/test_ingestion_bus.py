@@ -35,7 +35,9 @@ async def test_a_bus_write_becomes_stored_chunks_and_a_bad_one_a_dead_letter(
     good = _command(labels={"device": "0"})
     future = datetime.now(UTC) + timedelta(days=2)
     bad = _command(steps=[3], values=[1.0], times=[future])
-    async with serving(create_app(IngestionSettings(nats=nats_settings))):
+    async with serving(
+        create_app(IngestionSettings(nats=nats_settings, otlp_grpc_port=0, otlp_http_port=0))
+    ):
         await publisher.publish_many([good, bad, good])  # the repeat is deduplicated
 
         async def stored() -> list[MetricPointsReceived]:

@@ -26,7 +26,11 @@ async def api(
     nats_settings: NatsSettings, api_tokens: ApiTokens
 ) -> AsyncIterator[httpx.AsyncClient]:
     settings = IngestionSettings(
-        nats=nats_settings, max_request_bytes=64 * 1024, max_points_per_request=1000
+        nats=nats_settings,
+        max_request_bytes=64 * 1024,
+        max_points_per_request=1000,
+        otlp_grpc_port=0,
+        otlp_http_port=0,
     )
     async with serving(create_app(settings), api_tokens.headers()) as client:
         yield client

@@ -91,7 +91,9 @@ async def test_every_endpoint_with_every_role_and_without_a_token(
     tmp_path: Path,
 ) -> None:
     registry = create_registry(registry_settings)
-    ingestion = create_ingestion(IngestionSettings(nats=nats_settings, otlp_grpc_port=0))
+    ingestion = create_ingestion(
+        IngestionSettings(nats=nats_settings, otlp_grpc_port=0, otlp_http_port=0)
+    )
     xprof = create_xprof(XProfProvisionerSettings(nats=nats_settings, work_dir=tmp_path))
     walked = 0
     for app in (registry, ingestion, xprof):
@@ -105,7 +107,9 @@ async def platform(
     registry_settings: RunRegistrySettings, nats_settings: NatsSettings, api_tokens: ApiTokens
 ) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
     """An admin's registry client and an anonymous ingestion client."""
-    ingestion = create_ingestion(IngestionSettings(nats=nats_settings, otlp_grpc_port=0))
+    ingestion = create_ingestion(
+        IngestionSettings(nats=nats_settings, otlp_grpc_port=0, otlp_http_port=0)
+    )
     async with (
         serving(create_registry(registry_settings), api_tokens.headers(Role.ADMIN)) as api,
         serving(ingestion) as door,

@@ -38,7 +38,9 @@ def platform_urls(
     registry = create_registry(
         RunRegistrySettings(nats=nats_settings, database=database_settings, db_schema=db_schema)
     )
-    ingestion = create_ingestion(IngestionSettings(nats=nats_settings))
+    ingestion = create_ingestion(
+        IngestionSettings(nats=nats_settings, otlp_grpc_port=0, otlp_http_port=0)
+    )
     with served_in_thread(registry) as api_url, served_in_thread(ingestion) as ingestion_url:
         yield api_url, ingestion_url
 

@@ -64,6 +64,8 @@ METRICS_RECEIVED = "telemetry.metrics.received"
 METRICS_INGEST = "telemetry.metrics.ingest"
 """Subject prefix of :class:`~mldiag_schemas.telemetry.IngestMetrics`: in-cluster publishers'
 door to ingestion (JetStream, so the publisher's ack means stored)."""
+CONFIGS_RECEIVED = "telemetry.configs.received"
+"""Subject prefix of :class:`~mldiag_schemas.runs.RunConfigsReported`."""
 RUN_CREATED = "runs.run.created"
 """Subject prefix of :class:`~mldiag_schemas.runs.RunCreated`."""
 RUN_UPDATED = "runs.run.updated"
@@ -88,6 +90,8 @@ tokens and writes it; every service with endpoints reads it to authorise request
 # Durable consumer names, one per (service, purpose).
 REGISTRY_METRICS_DURABLE = "run-registry-metrics"
 """run-registry storing metric points."""
+REGISTRY_CONFIGS_DURABLE = "run-registry-configs"
+"""run-registry merging reported configs into runs."""
 REGISTRY_EVENTS_DURABLE = "run-registry-events"
 """run-registry storing workload events."""
 REGISTRY_ANALYSES_DURABLE = "run-registry-analyses"

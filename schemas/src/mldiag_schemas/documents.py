@@ -19,7 +19,9 @@ from mldiag_schemas.messages import MESSAGE_TYPES, SUBJECT_OF
 from mldiag_schemas.operations import ListOperationsResponse, Operation, WaitOperationRequest
 from mldiag_schemas.profiling import ListXProfInstancesResponse, StartXProfRequest, XProfInstance
 from mldiag_schemas.runs import (
+    ConfigsDiffResponse,
     CreateRunRequest,
+    FlatConfigsResponse,
     ListRunsResponse,
     Run,
     SelfHostedRun,
@@ -43,6 +45,8 @@ RESOURCE_TYPES: tuple[type[BaseModel], ...] = (
     UpdateRunRequest,
     SelfHostedRunRequest,
     SelfHostedRun,
+    FlatConfigsResponse,
+    ConfigsDiffResponse,
     Operation,
     ListOperationsResponse,
     WaitOperationRequest,

@@ -10,12 +10,19 @@ from mldiag_schemas.analyses import AnalysisCompleted
 from mldiag_schemas.envelope import Envelope, upcast
 from mldiag_schemas.events import WorkloadEventOpened
 from mldiag_schemas.profiling import XProfInstanceChanged
-from mldiag_schemas.runs import RunCreated, RunDeleted, RunPhaseChanged, RunUpdated
+from mldiag_schemas.runs import (
+    RunConfigsReported,
+    RunCreated,
+    RunDeleted,
+    RunPhaseChanged,
+    RunUpdated,
+)
 from mldiag_schemas.telemetry import IngestMetrics, MetricPointsReceived
 
 BusMessage = Annotated[
     MetricPointsReceived
     | IngestMetrics
+    | RunConfigsReported
     | RunCreated
     | RunUpdated
     | RunPhaseChanged
@@ -30,6 +37,7 @@ BusMessage = Annotated[
 MESSAGE_TYPES: tuple[type[Envelope], ...] = (
     MetricPointsReceived,
     IngestMetrics,
+    RunConfigsReported,
     RunCreated,
     RunUpdated,
     RunPhaseChanged,
@@ -43,6 +51,7 @@ MESSAGE_TYPES: tuple[type[Envelope], ...] = (
 SUBJECT_OF: dict[type[Envelope], str] = {
     MetricPointsReceived: bus.METRICS_RECEIVED,
     IngestMetrics: bus.METRICS_INGEST,
+    RunConfigsReported: bus.CONFIGS_RECEIVED,
     RunCreated: bus.RUN_CREATED,
     RunUpdated: bus.RUN_UPDATED,
     RunPhaseChanged: bus.RUN_PHASE_CHANGED,

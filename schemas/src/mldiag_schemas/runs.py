@@ -365,3 +365,72 @@ class RunDeleted(Envelope):
     def partition(self) -> str:
         """The run id: the last subject token."""
         return self.run.run_id
+
+
+class RunConfigsReported(Envelope):
+    """A workload reported configs for its run (the official SDK's ``mlrun_configs`` OTLP
+    log record). Subject: ``telemetry.configs.received.<run id>``.
+
+    The registry merges each non-empty section into the run's configs, key by key (a
+    reported key replaces the stored one). ``event_id`` is derived from the content, so a
+    re-exported record dedupes; applying one twice changes nothing either way.
+    """
+
+    type: Literal["telemetry.configs.received"] = "telemetry.configs.received"
+    run_id: RunId = Field(description="The run the configs belong to.")
+    configs: Configs = Field(description="The reported sections (empty ones are left alone).")
+    source: str = Field(default="otlp", max_length=50, description="Where they came from.")
+
+    def partition(self) -> str:
+        """The run id: the last subject token."""
+        return self.run_id
+
+
+class ConfigEntry(Contract):
+    """One leaf of a run's configs: nested objects flattened to a dotted key."""
+
+    section: Literal["softwareConfigs", "hardwareConfigs", "userConfigs"] = Field(
+        description="The configs section it is in."
+    )
+    key: str = Field(description="Dotted path inside the section (`optimizer.lr`).")
+    value: JsonValue = Field(description="The value, with its JSON type.")
+
+
+class FlatConfigsResponse(Contract):
+    """A run's configs flattened for display, sorted by section then key."""
+
+    run: str = Field(description="The run's resource name.")
+    entries: list[ConfigEntry] = Field(description="Every leaf, in order.")
+
+
+class ConfigChange(enum.StrEnum):
+    """How a key differs between the base run and the other run."""
+
+    ADDED = "ADDED"
+    REMOVED = "REMOVED"
+    CHANGED = "CHANGED"
+    UNCHANGED = "UNCHANGED"
+
+
+class ConfigDifference(Contract):
+    """One dotted key compared between two runs."""
+
+    section: Literal["softwareConfigs", "hardwareConfigs", "userConfigs"] = Field(
+        description="The configs section."
+    )
+    key: str = Field(description="Dotted path inside the section.")
+    change: ConfigChange = Field(description="ADDED: only in other; REMOVED: only in base.")
+    base_value: JsonValue = Field(default=None, description="The value in the base run.")
+    other_value: JsonValue = Field(default=None, description="The value in the other run.")
+
+
+class ConfigsDiffResponse(Contract):
+    """How the other run's configs differ from the base run's (numbers compare by value:
+    ``1`` equals ``1.0``, ``true`` does not equal ``1``, NaN equals NaN).
+    """
+
+    base: str = Field(description="The base run's resource name.")
+    other: str = Field(description="The other run's resource name.")
+    differences: list[ConfigDifference] = Field(
+        description="Differing keys (all keys with `includeUnchanged`), by section and key."
+    )

@@ -1,7 +1,8 @@
 """The headline: the real official ``google-cloud-mldiagnostics`` SDK, in a subprocess,
-creates its run in run-registry (``DIAGON_BASE_URL``) and exports its metrics over OTLP/gRPC
-to ingestion (``OTEL_EXPORTER_OTLP_ENDPOINT``); the points come back from the registry's
-metrics API with their steps and labels. Skipped unless ``MLDIAG_TEST_OFFICIAL_SDK_PYTHON``
+creates its run in run-registry (``DIAGON_BASE_URL``) and exports its metrics and its user
+configs (an OTLP log record) over OTLP/gRPC to ingestion (``OTEL_EXPORTER_OTLP_ENDPOINT``);
+the points come back from the registry's metrics API with their steps and labels, and the
+configs, still typed, on the run. Skipped unless ``MLDIAG_TEST_OFFICIAL_SDK_PYTHON``
 names a Python with the SDK (``[otel]``) and jax installed.
 """
 
@@ -33,6 +34,7 @@ from google_cloud_mldiagnostics import machinelearning_run, metrics
 run = machinelearning_run(
     name="otlp-e2e", run_workload_id=sys.argv[2], base_url=sys.argv[1],
     gcs_path="gs://bucket/otlp-e2e", metrics_record_interval_sec=0,
+    configs={"lr": 0.01, "layers": 4, "optimizer": {"name": "adam"}, "schedule": "cosine"},
 )
 print(run.name, flush=True)
 for step in (1, 2, 3):
@@ -53,6 +55,13 @@ async def _series(
     return points
 
 
+async def _user_configs(base: str, run_id: str, headers: dict[str, str]) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=base, headers=headers) as client:
+        response = await client.get(f"/v1/machineLearningRuns/{run_id}")
+    configs: dict[str, Any] = response.json()["configs"]["userConfigs"]
+    return configs
+
+
 async def test_the_official_sdk_exports_metrics_to_our_otlp_receiver(
     nats_settings: NatsSettings,
     database_settings: DatabaseSettings,
@@ -65,7 +74,9 @@ async def test_the_official_sdk_exports_metrics_to_our_otlp_receiver(
     registry = RunRegistrySettings(
         nats=nats_settings, database=database_settings, db_schema=db_schema
     )
-    ingestion_app = create_ingestion(IngestionSettings(nats=nats_settings, otlp_grpc_port=0))
+    ingestion_app = create_ingestion(
+        IngestionSettings(nats=nats_settings, otlp_grpc_port=0, otlp_http_port=0)
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DIAGON_", "OTEL_"))}
     async with served_on_port(create_registry(registry)) as base, serving(ingestion_app):
         grpc_port = ingestion_app.state.otlp_grpc_port
@@ -98,6 +109,9 @@ async def test_the_official_sdk_exports_metrics_to_our_otlp_receiver(
         rate = await wait_until(
             lambda: _series(base, run_id, "learning_rate", viewer), lambda points: len(points) >= 3
         )
+        configs = await wait_until(lambda: _user_configs(base, run_id, viewer), bool)
+    # the SDK sent every value as str(value); they are typed again
+    assert configs == {"lr": 0.01, "layers": 4, "optimizer": {"name": "adam"}, "schedule": "cosine"}
     # every step once, although each gauge was exported at several collections
     assert [(p["step"], p["value"]) for p in loss] == [(1, 1.0), (2, 0.5), (3, 1 / 3)]
     assert [(p["step"], round(p["value"], 6)) for p in rate] == [(1, 0.01), (2, 0.02), (3, 0.03)]

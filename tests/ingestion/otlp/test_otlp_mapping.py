@@ -1,23 +1,30 @@
-"""Mapping OTLP exports to points: run ids, steps, labels, histograms (pure, no I/O)."""
+"""Mapping OTLP exports: metrics to points (run ids, steps, labels, histograms) and configs
+log records to reports (pure, no I/O)."""
 
 import math
 from datetime import UTC, datetime
 
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.metrics.v1.metrics_pb2 import HistogramDataPoint
 
 from ingestion.otlp.otlp_messages import (
     T0,
+    any_value,
     attrs,
     export,
     gauge,
     histogram,
+    log_record,
+    logs_export,
     number,
+    sdk_configs_export,
     sdk_export,
     total,
 )
-from mldiag_ingestion.otlp.service import map_export
+from mldiag_ingestion.otlp.service import json_value, map_export, map_logs, python_literal
 
 RUN = "3f6c1a52-0b7e-4d4e-9a51-6f1f0c6a2b11"
+RECEIVED = datetime(2026, 12, 3, tzinfo=UTC)
 
 
 def test_the_official_sdk_shape_pairs_each_metric_with_its_training_step() -> None:
@@ -114,3 +121,75 @@ def test_points_without_a_run_id_are_rejected_with_a_reason() -> None:
 def test_nan_is_kept() -> None:
     [point] = map_export(export(gauge("loss", number(math.nan)), node_id=RUN)).points
     assert math.isnan(point.value)
+
+
+def test_the_official_sdk_configs_record_gets_its_types_back() -> None:
+    user = {
+        "lr": 0.001,
+        "layers": 12,
+        "use_bf16": True,
+        "optimizer": {"name": "adam", "betas": (0.9, 0.99)},
+        "schedule": "cosine",
+    }
+    mapped = map_logs(sdk_configs_export(RUN, user), RECEIVED)
+    [report] = mapped.reports
+    assert (report.run_id, mapped.ignored, mapped.rejected.rejected) == (RUN, 0, 0)
+    assert report.configs.user_configs == {
+        **user,
+        "optimizer": {"name": "adam", "betas": [0.9, 0.99]},
+    }
+    assert report.occurred_at == datetime.fromtimestamp(T0 / 1e9, UTC)
+
+
+def test_a_configs_record_retried_keeps_its_id_and_a_new_one_gets_another() -> None:
+    first = map_logs(sdk_configs_export(RUN, {"lr": 0.1}), RECEIVED).reports[0]
+    retried = map_logs(sdk_configs_export(RUN, {"lr": 0.1}), RECEIVED).reports[0]
+    later = map_logs(sdk_configs_export(RUN, {"lr": 0.1}, T0 + 1), RECEIVED).reports[0]
+    assert first.event_id == retried.event_id != later.event_id
+
+
+def test_software_and_hardware_sections_and_the_run_from_node_id() -> None:
+    body = {"softwareConfigs": {"framework": "jax"}, "hardwareConfigs": {"device_count": 8}}
+    record = log_record(body, namespace="mlrun_configs", node_id=RUN)
+    [report] = map_logs(logs_export(record), RECEIVED).reports
+    assert report.configs.software_configs == {"framework": "jax"}
+    assert report.configs.hardware_configs == {"device_count": 8}
+
+
+def test_other_log_records_are_ignored_and_bad_configs_rejected() -> None:
+    request = logs_export(
+        log_record("training started", severity="INFO"),
+        log_record({"userConfigs": {"lr": 1}}, namespace="mlrun_configs"),  # no run
+        log_record("not a map", namespace="mlrun_configs", node_id=RUN),
+        log_record({"lr": 1}, namespace="mlrun_configs", node_id=RUN),  # no section
+    )
+    mapped = map_logs(request, RECEIVED)
+    assert (mapped.reports, mapped.ignored, mapped.rejected.rejected) == ([], 1, 3)
+    assert "not a valid run id" in mapped.rejected.problems[0]
+    assert "userConfigs" in mapped.rejected.problems[1]
+
+
+def test_otlp_values_become_json() -> None:
+    value = any_value({"a": [1, 2.5, "x", False], "b": {"c": float("inf")}})
+    assert json_value(value) == {"a": [1, 2.5, "x", False], "b": {"c": math.inf}}
+    assert json_value(AnyValue(bytes_value=b"\x01\xff")) == "01ff"
+    assert json_value(AnyValue()) is None
+
+
+def test_strings_are_read_back_as_python_literals_only_when_they_spell_one() -> None:
+    assert python_literal("0.5") == 0.5
+    assert python_literal("-3") == -3
+    assert python_literal("None") is None
+    assert python_literal("[1, (2, 3)]") == [1, [2, 3]]
+    assert math.isnan(python_literal("nan"))  # type: ignore[arg-type]
+    assert python_literal("-inf") == -math.inf
+    assert python_literal("adam") == "adam"  # a bare word is no literal
+    assert python_literal("{1, 2}") == "{1, 2}"  # a set has no JSON form
+    assert python_literal("__import__('os')") == "__import__('os')"  # never evaluated
+    assert python_literal(7) == 7
+
+
+def test_only_the_official_sdk_has_its_strings_read_back() -> None:
+    record = log_record({"userConfigs": {"lr": "0.1"}}, namespace="mlrun_configs", node_id=RUN)
+    [report] = map_logs(logs_export(record, **{"service.name": "my-trainer"}), RECEIVED).reports
+    assert report.configs.user_configs == {"lr": "0.1"}

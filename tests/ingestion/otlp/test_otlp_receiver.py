@@ -8,17 +8,31 @@ from dataclasses import dataclass
 import grpc
 import httpx
 import pytest
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
 )
 
 from conftest import ApiTokens
-from ingestion.otlp.otlp_messages import T0, export, gauge, number, sdk_export
+from ingestion.otlp.otlp_messages import (
+    T0,
+    export,
+    gauge,
+    log_record,
+    logs_export,
+    number,
+    sdk_configs_export,
+    sdk_export,
+)
 from mldiag_ingestion.app import create_app
 from mldiag_ingestion.settings import IngestionSettings
 from mldiag_platform.settings import NatsSettings
-from mldiag_schemas.bus import METRICS_RECEIVED
+from mldiag_schemas.bus import CONFIGS_RECEIVED, METRICS_RECEIVED
+from mldiag_schemas.runs import RunConfigsReported
 from mldiag_schemas.telemetry import MetricPointsReceived
 from support import read_messages, serving
 
@@ -26,6 +40,7 @@ pytestmark = pytest.mark.connected
 
 RUN = "3f6c1a52-0b7e-4d4e-9a51-6f1f0c6a2b11"
 EXPORT = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
+EXPORT_LOGS = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
 
 
@@ -34,6 +49,8 @@ class Receiver:
     http: httpx.AsyncClient
     grpc: grpc.aio.Channel
     token: str
+    otlp_http_url: str
+    """The OTLP/HTTP port of its own (4318 by default)."""
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
         return (("authorization", f"Bearer {self.token}"),)
@@ -49,15 +66,29 @@ class Receiver:
         )
         return response
 
+    async def export_logs(self, request: ExportLogsServiceRequest) -> ExportLogsServiceResponse:
+        call = self.grpc.unary_unary(
+            EXPORT_LOGS,
+            request_serializer=ExportLogsServiceRequest.SerializeToString,
+            response_deserializer=ExportLogsServiceResponse.FromString,
+        )
+        response: ExportLogsServiceResponse = await call(
+            request, timeout=10, metadata=self.metadata()
+        )
+        return response
+
 
 @pytest.fixture
 async def receiver(nats_settings: NatsSettings, api_tokens: ApiTokens) -> AsyncIterator[Receiver]:
-    settings = IngestionSettings(nats=nats_settings, otlp_grpc_port=0, max_request_bytes=64 * 1024)
+    settings = IngestionSettings(
+        nats=nats_settings, otlp_grpc_port=0, otlp_http_port=0, max_request_bytes=64 * 1024
+    )
     app = create_app(settings)
     async with serving(app, api_tokens.headers()) as client:
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{app.state.otlp_grpc_port}")
         try:
-            yield Receiver(client, channel, api_tokens.editor)
+            otlp_http_url = f"http://127.0.0.1:{app.state.otlp_http_port}"
+            yield Receiver(client, channel, api_tokens.editor, otlp_http_url)
         finally:
             await channel.close()
 
@@ -174,3 +205,59 @@ async def test_grpc_exports_need_a_token_that_may_write(
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert "machineLearningRuns.writeMetrics" in (refused.value.details() or "")
     assert await _points(nats_settings) == []  # nothing refused was stored
+
+
+async def _configs(settings: NatsSettings) -> list[tuple[str, dict[str, object]]]:
+    messages = await read_messages(settings, CONFIGS_RECEIVED, RunConfigsReported)
+    return [(m.run_id, m.configs.user_configs) for m in messages]
+
+
+async def test_the_official_sdk_configs_record_over_grpc(
+    receiver: Receiver, nats_settings: NatsSettings
+) -> None:
+    request = sdk_configs_export(RUN, {"lr": 0.001, "layers": 12})
+    response = await receiver.export_logs(request)
+    assert not response.HasField("partial_success")
+    await receiver.export_logs(request)  # retried by the exporter: published once
+    assert await _configs(nats_settings) == [(RUN, {"lr": 0.001, "layers": 12})]
+
+
+async def test_the_otlp_http_port_takes_metrics_and_logs(
+    receiver: Receiver, nats_settings: NatsSettings
+) -> None:
+    headers = {**PROTOBUF, "Authorization": f"Bearer {receiver.token}"}
+    async with httpx.AsyncClient(base_url=receiver.otlp_http_url, headers=headers) as otlp:
+        metrics = await otlp.post(
+            "/v1/metrics", content=sdk_export(RUN, 1, loss=2.0).SerializeToString()
+        )
+        assert metrics.status_code == 200, metrics.text
+        request = logs_export(
+            log_record({"userConfigs": {"lr": 0.1}}, namespace="mlrun_configs", node_id=RUN),
+            log_record({"userConfigs": {"lr": 0.1}}, namespace="mlrun_configs"),  # no run
+            log_record("an ordinary log line"),
+        )
+        logs = await otlp.post("/v1/logs", content=request.SerializeToString())
+        assert logs.status_code == 200, logs.text
+        partial = ExportLogsServiceResponse.FromString(logs.content).partial_success
+        assert partial.rejected_log_records == 1 and "not a valid run id" in partial.error_message
+        garbage = await otlp.post("/v1/logs", content=b"\xff\xff not protobuf")
+        assert garbage.status_code == 400 and garbage.json()["error"]["code"] == "invalid_otlp"
+        assert (await otlp.get("/healthz")).status_code == 200
+    assert [(run, name) for run, name, *_ in await _points(nats_settings)] == [(RUN, "loss")]
+    assert await _configs(nats_settings) == [(RUN, {"lr": 0.1})]
+
+
+async def test_logs_exports_need_a_token_that_may_write_configs(
+    receiver: Receiver, api_tokens: ApiTokens, nats_settings: NatsSettings
+) -> None:
+    body = sdk_configs_export(RUN, {"lr": 1}).SerializeToString()
+    viewer = {**PROTOBUF, "Authorization": f"Bearer {api_tokens.viewer}"}
+    async with httpx.AsyncClient(base_url=receiver.otlp_http_url) as otlp:
+        assert (await otlp.post("/v1/logs", content=body, headers=PROTOBUF)).status_code == 401
+        refused = await otlp.post("/v1/logs", content=body, headers=viewer)
+        assert refused.status_code == 403
+        assert "machineLearningRuns.writeConfigs" in refused.json()["error"]["message"]
+    with pytest.raises(grpc.aio.AioRpcError) as anonymous:
+        await receiver.grpc.unary_unary(EXPORT_LOGS)(body, timeout=10)
+    assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert await _configs(nats_settings) == []

@@ -40,7 +40,9 @@ def platform_apps(
     registry = create_registry(
         RunRegistrySettings(nats=nats_settings, database=database_settings, db_schema=db_schema)
     )
-    ingestion = create_ingestion(IngestionSettings(nats=nats_settings))
+    ingestion = create_ingestion(
+        IngestionSettings(nats=nats_settings, otlp_grpc_port=0, otlp_http_port=0)
+    )
     # The servers' info events would land in the stdout the CLI's output is read from (tests
     # never configure structlog, so its defaults print everything there): warnings only.
     saved = structlog.get_config()

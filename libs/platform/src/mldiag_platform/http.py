@@ -2,9 +2,11 @@
 and serving with uvicorn (which turns SIGTERM into a graceful shutdown of the lifespan).
 """
 
+import asyncio
+import socket
 import time
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 import structlog
@@ -74,7 +76,7 @@ async def read_body(request: Request, model: type[ModelT]) -> ModelT:
 
 def create_http_app(
     service: str,
-    lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]],
+    lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]] | None,
     checks: dict[str, HealthCheck],
 ) -> FastAPI:
     """A FastAPI app with ``/healthz``, ``/metrics``, request events and the error boundary.
@@ -158,3 +160,36 @@ def serve(app: FastAPI, host: str, port: int) -> None:
         timeout_graceful_shutdown=10,
     )
     uvicorn.Server(config).run()
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """A uvicorn server run inside another's event loop, which owns the signals."""
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@asynccontextmanager
+async def serving_alongside(app: FastAPI, host: str, port: int) -> AsyncIterator[int]:
+    """Serve ``app`` on a second port from inside a running service; yields the bound port.
+
+    The socket is bound here, so a port in use raises ``OSError`` to the caller instead of
+    uvicorn exiting the process. ``app``'s own lifespan is not run: its state is the caller's.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.create_server((host, port), family=family)
+    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off")
+    server = _EmbeddedServer(config)
+    task = asyncio.create_task(server.serve(sockets=[listener]))
+    try:
+        while not server.started:
+            if task.done():
+                await task
+                raise RuntimeError(f"the HTTP server on {host}:{port} stopped while starting")
+            await asyncio.sleep(0.01)
+        yield int(listener.getsockname()[1])
+    finally:
+        server.should_exit = True
+        await task
+        listener.close()

@@ -1,7 +1,7 @@
 """Assembling ingestion: the one place its parts are wired together."""
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 
@@ -12,7 +12,7 @@ from mldiag_ingestion.service import IngestionService
 from mldiag_ingestion.settings import IngestionSettings
 from mldiag_platform.auth import open_token_directory
 from mldiag_platform.bus import connect_bus
-from mldiag_platform.http import HealthCheck, create_http_app
+from mldiag_platform.http import HealthCheck, create_http_app, serving_alongside
 
 SERVICE = "ingestion"
 
@@ -34,21 +34,14 @@ def create_app(settings: IngestionSettings | None = None) -> FastAPI:
             bus.consume(handlers.INGEST_CONSUMER, handlers.IngestBusHandler(service).on_ingest)
             await bus.start()
             checks["nats"] = bus.healthy
-            grpc_server = None
-            if settings.otlp_enabled:
-                app.state.otlp = otlp = OtlpIngestion(service)
-                grpc_server = otlp_handlers.create_grpc_server(
-                    otlp, directory, settings.max_request_bytes
-                )
-                address = f"{settings.host}:{settings.otlp_grpc_port}"
-                app.state.otlp_grpc_port = grpc_server.add_insecure_port(address)
-                await grpc_server.start()
-            try:
-                yield
-            finally:
-                checks.clear()
-                if grpc_server is not None:
-                    await grpc_server.stop(grace=5)
+            async with AsyncExitStack() as otlp_servers:
+                if settings.otlp_enabled:
+                    app.state.otlp = OtlpIngestion(service, bus.publisher)
+                    await otlp_servers.enter_async_context(_serving_otlp(app, settings, checks))
+                try:
+                    yield
+                finally:
+                    checks.clear()
 
     app = create_http_app(SERVICE, lifespan, checks)
     app.state.settings = settings
@@ -56,3 +49,28 @@ def create_app(settings: IngestionSettings | None = None) -> FastAPI:
     if settings.otlp_enabled:
         app.include_router(otlp_handlers.router)
     return app
+
+
+@asynccontextmanager
+async def _serving_otlp(
+    app: FastAPI, settings: IngestionSettings, checks: dict[str, HealthCheck]
+) -> AsyncIterator[None]:
+    """OTLP's own ports: gRPC, and OTLP/HTTP (the same routes as on the main HTTP port)."""
+    otlp: OtlpIngestion = app.state.otlp
+    grpc_server = otlp_handlers.create_grpc_server(
+        otlp, app.state.tokens, settings.max_request_bytes
+    )
+    address = f"{settings.host}:{settings.otlp_grpc_port}"
+    app.state.otlp_grpc_port = grpc_server.add_insecure_port(address)
+    await grpc_server.start()
+    otlp_http = create_http_app(f"{SERVICE}-otlp", None, checks)
+    otlp_http.state.settings = settings
+    otlp_http.state.otlp = otlp
+    otlp_http.state.tokens = app.state.tokens
+    otlp_http.include_router(otlp_handlers.router)
+    try:
+        async with serving_alongside(otlp_http, settings.host, settings.otlp_http_port) as port:
+            app.state.otlp_http_port = port
+            yield
+    finally:
+        await grpc_server.stop(grace=5)

@@ -22,11 +22,14 @@ class IngestionSettings(BaseSettings):
     )
     otlp_enabled: bool = Field(
         default=True,
-        description="Serve the OTLP metrics receiver: gRPC on `otlp_grpc_port`, and"
-        " OTLP/HTTP at `POST /v1/metrics` on the HTTP port.",
+        description="Serve the OTLP receiver (metrics, and configs as logs): gRPC on"
+        " `otlp_grpc_port`, OTLP/HTTP on `otlp_http_port` and on the HTTP port.",
     )
     otlp_grpc_port: int = Field(
         default=4317, ge=0, le=65535, description="OTLP/gRPC port (0: any free port)."
+    )
+    otlp_http_port: int = Field(
+        default=4318, ge=0, le=65535, description="OTLP/HTTP port (0: any free port)."
     )
     nats: NatsSettings = Field(default_factory=NatsSettings)
     log: LogSettings = Field(default_factory=LogSettings)

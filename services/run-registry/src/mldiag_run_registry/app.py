@@ -72,6 +72,9 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             events = EventsService(EventsRepository(pool), runs)
 
             bus.consume(
+                runs_handlers.CONFIGS_CONSUMER, runs_handlers.RunsBusHandler(runs).on_configs
+            )
+            bus.consume(
                 metrics_handlers.metrics_consumer(settings.metrics_batch_size),
                 metrics_handlers.MetricsBusHandler(metrics).on_metrics,
             )

@@ -23,6 +23,8 @@ DEFAULT_NATS_MONITOR_PORT = 18222
 DEFAULT_POSTGRES_PORT = 15432
 DEFAULT_OTLP_GRPC_PORT = 4317
 """ingestion's OTLP/gRPC receiver: the port OpenTelemetry exporters use by default."""
+DEFAULT_OTLP_HTTP_PORT = 4318
+"""ingestion's OTLP/HTTP receiver: the OpenTelemetry default for ``http/protobuf``."""
 DEFAULT_HEALTH_TIMEOUT = 60.0
 
 
@@ -79,7 +81,9 @@ class StackConfig:
     nats_monitor_port: int = DEFAULT_NATS_MONITOR_PORT
     postgres_port: int = DEFAULT_POSTGRES_PORT
     otlp_grpc_port: int = DEFAULT_OTLP_GRPC_PORT
-    """ingestion's OTLP/gRPC port (its OTLP/HTTP route shares ingestion's HTTP port)."""
+    """ingestion's OTLP/gRPC port."""
+    otlp_http_port: int = DEFAULT_OTLP_HTTP_PORT
+    """ingestion's OTLP/HTTP port (the same routes are also on ingestion's HTTP port)."""
     service_ports: Mapping[str, int] = field(
         default_factory=lambda: {spec.name: spec.default_port for spec in SERVICES}
     )
@@ -128,6 +132,7 @@ class StackConfig:
             ports[SPECS[name].label] = self.service_ports[name]
         if "ingestion" in self.services:
             ports["ingestion OTLP/gRPC"] = self.otlp_grpc_port
+            ports["ingestion OTLP/HTTP"] = self.otlp_http_port
         return ports
 
 
@@ -156,7 +161,8 @@ def resolve_config(
     ``ports`` maps ``nats``, ``nats-monitor``, ``postgres`` and service names to a port or
     None. The environment offers ``MLDIAG_HOME``, ``MLDIAG_EMBEDDED_NATS_PORT``,
     ``MLDIAG_EMBEDDED_NATS_MONITOR_PORT``, ``MLDIAG_EMBEDDED_POSTGRES_PORT``,
-    ``MLDIAG_PORT_OFFSET``, ``MLDIAG_INGESTION_OTLP_GRPC_PORT`` and each service's
+    ``MLDIAG_PORT_OFFSET``, ``MLDIAG_INGESTION_OTLP_GRPC_PORT``,
+    ``MLDIAG_INGESTION_OTLP_HTTP_PORT`` and each service's
     ``MLDIAG_<SERVICE>_HOST`` / ``_PORT``.
     ``port_offset`` is added to every port (to run a second stack next to the first).
     """
@@ -192,6 +198,9 @@ def resolve_config(
         postgres_port=pick("postgres", "MLDIAG_EMBEDDED_POSTGRES_PORT", DEFAULT_POSTGRES_PORT),
         otlp_grpc_port=pick(
             "ingestion-otlp-grpc", "MLDIAG_INGESTION_OTLP_GRPC_PORT", DEFAULT_OTLP_GRPC_PORT
+        ),
+        otlp_http_port=pick(
+            "ingestion-otlp-http", "MLDIAG_INGESTION_OTLP_HTTP_PORT", DEFAULT_OTLP_HTTP_PORT
         ),
         service_ports=service_ports,
         service_hosts=service_hosts,
@@ -230,4 +239,5 @@ def service_environment(config: StackConfig, nats_url: str, database_url: str) -
         env[f"{spec.env_prefix}_HOST"] = config.service_hosts[spec.name]
         env[f"{spec.env_prefix}_PORT"] = str(config.service_ports[spec.name])
     env["MLDIAG_INGESTION_OTLP_GRPC_PORT"] = str(config.otlp_grpc_port)
+    env["MLDIAG_INGESTION_OTLP_HTTP_PORT"] = str(config.otlp_http_port)
     return env

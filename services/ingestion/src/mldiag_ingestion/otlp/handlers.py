@@ -1,17 +1,27 @@
-"""OTLP's two doors: the gRPC ``MetricsService`` and ``POST /v1/metrics`` (HTTP/protobuf).
+"""OTLP's doors: the gRPC ``MetricsService`` and ``LogsService``, and ``POST /v1/metrics`` /
+``POST /v1/logs`` (HTTP/protobuf).
 
-The only OTLP module that knows about gRPC or HTTP; both answer only once JetStream has
-stored the points. Both need a token that may write metrics, in the ``authorization``
-header or gRPC metadata (``OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer <token>``).
+The only OTLP module that knows about gRPC or HTTP; every door answers only once JetStream
+has stored what it accepted. Each needs a token that may write what it carries (metrics, or
+configs for logs), in the ``authorization`` header or gRPC metadata
+(``OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer <token>``).
 """
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypeVar
 
 import grpc
 import structlog
 from fastapi import APIRouter, Request, Response
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from grpc import StatusCode
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsPartialSuccess,
     ExportMetricsServiceRequest,
@@ -32,20 +42,33 @@ router = APIRouter()
 
 PROTOBUF = "application/x-protobuf"
 METRICS_SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
+LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
 
 
-def _parse(raw: bytes) -> ExportMetricsServiceRequest:
-    request = ExportMetricsServiceRequest()
+MessageT = TypeVar("MessageT", bound=Message)
+
+
+def _parse(kind: type[MessageT], raw: bytes) -> MessageT:
+    request: MessageT = kind()
     try:
         request.ParseFromString(raw)
     except DecodeError:
-        raise InvalidOtlp(
-            "the body is not an OTLP ExportMetricsServiceRequest in protobuf"
-        ) from None
+        raise InvalidOtlp(f"the body is not an OTLP {kind.__name__} in protobuf") from None
     return request
 
 
-def _response(result: ExportResult) -> ExportMetricsServiceResponse:
+@dataclass(frozen=True)
+class _Signal:
+    """What differs between OTLP's metrics and logs: permission, export and response."""
+
+    name: str
+    permission: Permission
+    export: Callable[[OtlpIngestion, bytes, datetime], Awaitable[ExportResult]]
+    """Parses the protobuf body (``InvalidOtlp`` when it is not) and exports it."""
+    response: Callable[[ExportResult], Message]
+
+
+def _metrics_response(result: ExportResult) -> Message:
     if not result.rejected_points:
         return ExportMetricsServiceResponse()
     return ExportMetricsServiceResponse(
@@ -55,9 +78,29 @@ def _response(result: ExportResult) -> ExportMetricsServiceResponse:
     )
 
 
-@router.post("/v1/metrics", dependencies=[requires(Permission.METRICS_WRITE)])
-async def export_metrics(request: Request) -> Response:
-    """OTLP/HTTP with protobuf bodies (gzip allowed); JSON OTLP is not accepted."""
+def _logs_response(result: ExportResult) -> Message:
+    if not result.rejected_points:
+        return ExportLogsServiceResponse()
+    return ExportLogsServiceResponse(
+        partial_success=ExportLogsPartialSuccess(
+            rejected_log_records=result.rejected_points, error_message=result.error_message
+        )
+    )
+
+
+async def _export_metrics(otlp: OtlpIngestion, raw: bytes, at: datetime) -> ExportResult:
+    return await otlp.export(_parse(ExportMetricsServiceRequest, raw), at)
+
+
+async def _export_logs(otlp: OtlpIngestion, raw: bytes, at: datetime) -> ExportResult:
+    return await otlp.export_logs(_parse(ExportLogsServiceRequest, raw), at)
+
+
+METRICS = _Signal("metrics", Permission.METRICS_WRITE, _export_metrics, _metrics_response)
+LOGS = _Signal("logs", Permission.CONFIGS_WRITE, _export_logs, _logs_response)
+
+
+async def _export_http(request: Request, signal: _Signal) -> Response:
     otlp: OtlpIngestion = request.app.state.otlp
     limit: int = request.app.state.settings.max_request_bytes
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -67,14 +110,27 @@ async def export_metrics(request: Request) -> Response:
         body = await _read_body(request, limit)
     except InvalidBatch as exc:  # bad gzip: in OTLP's words
         raise InvalidOtlp(exc.message) from None
-    result = await otlp.export(_parse(body), datetime.now(UTC))
-    return Response(_response(result).SerializeToString(), media_type=PROTOBUF)
+    result = await signal.export(otlp, body, datetime.now(UTC))
+    return Response(signal.response(result).SerializeToString(), media_type=PROTOBUF)
 
 
-class MetricsServicer:
-    """``MetricsService/Export`` over gRPC; errors become status codes, never crashes."""
+@router.post("/v1/metrics", dependencies=[requires(METRICS.permission)])
+async def export_metrics(request: Request) -> Response:
+    """OTLP/HTTP metrics with protobuf bodies (gzip allowed); JSON OTLP is not accepted."""
+    return await _export_http(request, METRICS)
 
-    def __init__(self, otlp: OtlpIngestion, tokens: TokenDirectory) -> None:
+
+@router.post("/v1/logs", dependencies=[requires(LOGS.permission)])
+async def export_logs(request: Request) -> Response:
+    """OTLP/HTTP logs (the official SDK's configs records) with protobuf bodies."""
+    return await _export_http(request, LOGS)
+
+
+class ExportServicer:
+    """One signal's ``Export`` over gRPC; errors become status codes, never crashes."""
+
+    def __init__(self, signal: _Signal, otlp: OtlpIngestion, tokens: TokenDirectory) -> None:
+        self._signal = signal
         self._otlp = otlp
         self._tokens = tokens
 
@@ -89,35 +145,38 @@ class MetricsServicer:
         try:
             await self._tokens.authorize(
                 authorization if isinstance(authorization, str) else None,
-                Permission.METRICS_WRITE,
+                self._signal.permission,
             )
         except Unauthenticated as exc:
             await context.abort(StatusCode.UNAUTHENTICATED, f"{exc.code}: {exc.message}")
         except PermissionDenied as exc:
             await context.abort(StatusCode.PERMISSION_DENIED, f"{exc.code}: {exc.message}")
         try:
-            result = await self._otlp.export(_parse(raw), datetime.now(UTC))
+            result = await self._signal.export(self._otlp, raw, datetime.now(UTC))
         except MldiagError as exc:
             status = StatusCode.UNAVAILABLE if exc.retryable else StatusCode.INVALID_ARGUMENT
-            log.warning("otlp.grpc_rejected", code=exc.code, message=exc.message)
+            log.warning(
+                "otlp.grpc_rejected", signal=self._signal.name, code=exc.code, message=exc.message
+            )
             await context.abort(status, f"{exc.code}: {exc.message}")
-        return bytes(_response(result).SerializeToString())
+        return bytes(self._signal.response(result).SerializeToString())
 
-    def handler(self) -> grpc.GenericRpcHandler:
+    def handler(self, service: str) -> grpc.GenericRpcHandler:
         """The generic handler that serves this servicer (no generated stubs needed)."""
         return grpc.method_handlers_generic_handler(
-            METRICS_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(self.export)}
+            service, {"Export": grpc.unary_unary_rpc_method_handler(self.export)}
         )
 
 
 def create_grpc_server(
     otlp: OtlpIngestion, tokens: TokenDirectory, max_message_bytes: int
 ) -> grpc.aio.Server:
-    """A gRPC server with the metrics service (the caller binds a port and starts it)."""
-    server = grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", max_message_bytes),
-        ]
+    """A gRPC server with the metrics and logs services (the caller binds and starts it)."""
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", max_message_bytes)])
+    server.add_generic_rpc_handlers(
+        (
+            ExportServicer(METRICS, otlp, tokens).handler(METRICS_SERVICE),
+            ExportServicer(LOGS, otlp, tokens).handler(LOGS_SERVICE),
+        )
     )
-    server.add_generic_rpc_handlers((MetricsServicer(otlp, tokens).handler(),))
     return server

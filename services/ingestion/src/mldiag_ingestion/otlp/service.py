@@ -1,6 +1,7 @@
-"""Mapping OTLP metric exports to metric writes (no HTTP, no gRPC, no NATS here).
+"""Mapping OTLP exports to bus messages: metrics to metric writes, ``mlrun_configs`` log
+records to run configs (no HTTP, no gRPC, no NATS here).
 
-Rules (see ``docs/otlp.md``):
+Metric rules (see ``docs/otlp.md``):
 
 - Run id: the data point attribute ``node_id``, else the resource's ``node_id``,
   ``mldiag.run_id`` or ``host.name`` (the official SDK sets ``host.name`` to the run id).
@@ -11,8 +12,19 @@ Rules (see ``docs/otlp.md``):
 - Gauges and sums map one point to one point; histograms (plain and exponential) and
   summaries become ``<name>.count``, ``<name>.sum`` (and ``.min`` / ``.max`` when set).
 - Labels: the data point's attributes less the run id keys, validated like an HTTP write.
+
+Log rules: a record whose attribute ``namespace`` is ``mlrun_configs`` carries configs: its
+body is a map with ``userConfigs`` (the official SDK), ``softwareConfigs`` and/or
+``hardwareConfigs``, values kept typed. Its run is found like a metric's (record attribute
+``node_id``, then the resource). Other records are accepted and not stored. The official
+SDK turns every user config value into ``str(value)`` before sending; from its resource
+(``service.name=diagon_sdk_workload``) those strings are read back as the Python literals
+they spell (``"0.01"`` → 0.01, ``"{'name': 'adam'}"`` → a map); other strings stay strings.
 """
 
+import ast
+import json
+import math
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
@@ -20,15 +32,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import structlog
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric, NumberDataPoint
-from pydantic import ValidationError
+from pydantic import JsonValue, ValidationError
 
 from mldiag_ingestion.service import IngestionService
-from mldiag_schemas.ids import is_run_id
+from mldiag_platform.bus import MessagePublisher
+from mldiag_schemas.ids import derived_id, is_run_id
+from mldiag_schemas.runs import Configs, RunConfigsReported
 from mldiag_schemas.telemetry import MetricSeries, WriteMetricsRequest, from_unix_micros
 
 log = structlog.get_logger(__name__)
@@ -40,6 +55,14 @@ RESOURCE_RUN_ID_KEYS = ("node_id", "mldiag.run_id", "host.name")
 _DROPPED_LABELS = frozenset({"node_id", "mldiag.run_id"})
 _NANOS_PER_SECOND = 1_000_000_000
 DEDUPE_CACHE_SIZE = 100_000
+CONFIGS_NAMESPACE = "mlrun_configs"
+"""The ``namespace`` attribute of the official SDK's configs log record."""
+_CONFIG_SECTIONS = ("userConfigs", "softwareConfigs", "hardwareConfigs")
+_CONFIGS_ID_NAMESPACE = uuid.UUID("0c8f5f0e-5d43-4c6a-b0a1-7e3c2f9d4a61")
+OFFICIAL_SDK_SERVICE = "diagon_sdk_workload"
+"""The ``service.name`` of the official SDK's resource: its config values arrive as str()."""
+_FLOAT_WORDS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+_LONGEST_LITERAL = 64 * 1024
 
 _Attrs = tuple[tuple[str, str], ...]
 
@@ -181,20 +204,146 @@ def map_export(request: ExportMetricsServiceRequest) -> MappedExport:
     return mapped
 
 
+def json_value(value: AnyValue) -> JsonValue:
+    """An OTLP value as JSON: maps stay objects, numbers stay numbers (NaN included)."""
+    kind = value.WhichOneof("value")
+    if kind == "kvlist_value":
+        return {pair.key: json_value(pair.value) for pair in value.kvlist_value.values}
+    if kind == "array_value":
+        return [json_value(item) for item in value.array_value.values]
+    if kind == "bytes_value":
+        return value.bytes_value.hex()
+    if kind is None:
+        return None
+    scalar: JsonValue = getattr(value, kind)
+    return scalar
+
+
+@dataclass
+class MappedLogs:
+    """An export's configs reports, and how many records were ignored or refused."""
+
+    reports: list[RunConfigsReported] = field(default_factory=list)
+    ignored: int = 0
+    rejected: MappedExport = field(default_factory=MappedExport)
+
+
+def map_logs(request: ExportLogsServiceRequest, received_at: datetime) -> MappedLogs:
+    """The configs records of an export as reports; other records are only counted."""
+    mapped = MappedLogs()
+    for resource_logs in request.resource_logs:
+        resource = _attributes(resource_logs.resource.attributes)
+        resource_run = next(
+            (resource[key] for key in RESOURCE_RUN_ID_KEYS if resource.get(key)), ""
+        )
+        stringified = resource.get("service.name") == OFFICIAL_SDK_SERVICE
+        for scope_logs in resource_logs.scope_logs:
+            for record in scope_logs.log_records:
+                attributes = _attributes(record.attributes)
+                if attributes.get("namespace") != CONFIGS_NAMESPACE:
+                    mapped.ignored += 1
+                    continue
+                run_id = attributes.get(RUN_ID_ATTRIBUTE) or resource_run
+                emitted = record.time_unix_nano or record.observed_time_unix_nano
+                body = json_value(record.body)
+                if stringified:
+                    body = _restore_user_configs(body)
+                report = _configs_report(run_id, body, emitted, received_at)
+                if isinstance(report, str):
+                    mapped.rejected.reject(1, report)
+                else:
+                    mapped.reports.append(report)
+    return mapped
+
+
+def _restore_user_configs(body: JsonValue) -> JsonValue:
+    """The official SDK's configs body with each ``str(value)`` user config read back."""
+    if not isinstance(body, dict):
+        return body
+    user = body.get("userConfigs")
+    if not isinstance(user, dict):
+        return body
+    return {**body, "userConfigs": {key: python_literal(value) for key, value in user.items()}}
+
+
+def python_literal(value: JsonValue) -> JsonValue:
+    """A string read back as the Python literal it spells, when it spells one that JSON can
+    hold (numbers, booleans, None, lists, tuples, string-keyed maps); else the value as is.
+    """
+    if not isinstance(value, str) or len(value) > _LONGEST_LITERAL:
+        return value
+    word = value.strip().lower()
+    if word in _FLOAT_WORDS:  # str(float("nan")) is "nan", which is no literal
+        return _FLOAT_WORDS[word]
+    try:
+        return _as_json(ast.literal_eval(value))
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return value
+
+
+def _as_json(value: object) -> JsonValue:
+    """``value`` as JSON, or ``ValueError`` when it holds something JSON cannot (a set)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return [_as_json(item) for item in value]
+    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+        return {key: _as_json(item) for key, item in value.items()}
+    raise ValueError(f"{type(value).__name__} is not JSON")
+
+
+def _configs_report(
+    run_id: str, body: JsonValue, emitted_unix_nano: int, received_at: datetime
+) -> RunConfigsReported | str:
+    """The report a configs record makes, or why it cannot make one.
+
+    Its event id derives from the run, the record's time and its content: an export retried
+    by the client is published once, while the same configs emitted again later are not
+    mistaken for a retry.
+    """
+    if not is_run_id(run_id):
+        return f"configs record: {run_id!r} is not a valid run id (set 'node_id' or 'host.name')"
+    if not isinstance(body, dict) or not any(
+        isinstance(body.get(s), dict) for s in _CONFIG_SECTIONS
+    ):
+        return "configs record: the body must be a map with userConfigs (or software/hardware)"
+    sections = {name: body[name] for name in _CONFIG_SECTIONS if isinstance(body.get(name), dict)}
+    try:
+        configs = Configs.model_validate(sections)
+    except ValidationError as exc:
+        return f"configs record: {exc.errors()[0]['msg']}"
+    content = json.dumps([run_id, emitted_unix_nano, configs.model_dump(mode="json")])
+    return RunConfigsReported(
+        event_id=derived_id(_CONFIGS_ID_NAMESPACE, content),
+        occurred_at=from_unix_micros(emitted_unix_nano // 1000)
+        if emitted_unix_nano
+        else received_at,
+        run_id=run_id,
+        configs=configs,
+    )
+
+
 def _series_key(point: OtlpPoint) -> tuple[str, str, str, _Attrs]:
     return point.run_id, point.name, point.host, point.labels
 
 
 class OtlpIngestion:
-    """Writes mapped exports through :class:`IngestionService`, one write per run.
+    """Writes mapped metric exports through :class:`IngestionService`, one write per run,
+    and publishes configs records.
 
     A gauge is exported again at every collection until it changes, so a point equal to
     the last one stored for its series (same step, same value) is skipped; the cache is
     bounded and only updated once JetStream has acked.
     """
 
-    def __init__(self, service: IngestionService, cache_size: int = DEDUPE_CACHE_SIZE) -> None:
+    def __init__(
+        self,
+        service: IngestionService,
+        publisher: MessagePublisher,
+        cache_size: int = DEDUPE_CACHE_SIZE,
+    ) -> None:
         self._service = service
+        self._publisher = publisher
         self._last: OrderedDict[tuple[str, str, str, _Attrs], tuple[int, float]] = OrderedDict()
         self._cache_size = cache_size
 
@@ -231,6 +380,24 @@ class OtlpIngestion:
             rejected=mapped.rejected,
         )
         return ExportResult(accepted, mapped.rejected, "; ".join(mapped.problems))
+
+    async def export_logs(
+        self, request: ExportLogsServiceRequest, received_at: datetime
+    ) -> ExportResult:
+        """Publish the configs records of a logs export; answer once JetStream has them."""
+        mapped = map_logs(request, received_at)
+        if mapped.reports:
+            await self._publisher.publish_many(mapped.reports)
+        log.info(
+            "otlp.logs_export",
+            runs=sorted({report.run_id for report in mapped.reports}),
+            configs=len(mapped.reports),
+            ignored=mapped.ignored,
+            rejected=mapped.rejected.rejected,
+        )
+        accepted = len(mapped.reports) + mapped.ignored
+        problems = "; ".join(mapped.rejected.problems)
+        return ExportResult(accepted, mapped.rejected.rejected, problems)
 
     def _seen(self, point: OtlpPoint) -> bool:
         last = self._last.get(_series_key(point))

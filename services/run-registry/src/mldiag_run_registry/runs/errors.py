@@ -1,6 +1,12 @@
 """Errors about runs."""
 
-from mldiag_platform.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from mldiag_platform.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+)
 
 
 class RunNotFound(NotFound):
@@ -49,3 +55,11 @@ class LogicalIdRequired(InvalidArgument):
     """The official SDK's upsert (PATCH without a run id) must carry a logicalId."""
 
     code = "logical_id_required"
+
+
+class RunNotYetCreated(Unavailable):
+    """Configs were reported for a run the registry has not seen yet; the report is retried
+    (the run's create may still be on its way) and dead-lettered if it never appears.
+    """
+
+    code = "run_not_yet_created"

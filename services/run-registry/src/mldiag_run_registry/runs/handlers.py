@@ -1,4 +1,5 @@
-"""HTTP routes of the run resource, and of the official SDK's self-hosted contract.
+"""HTTP routes of the run resource and its configs, of the official SDK's self-hosted
+contract, and the consumer of configs reported on the bus.
 
 Query parameters are accepted in camelCase (``updateMask``, ``allowMissing``) and in the
 snake_case the official SDK sends (``update_mask``, ``allow_missing``).
@@ -9,12 +10,19 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
+from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.errors import InvalidArgument
 from mldiag_platform.http import ContractResponse, parse_body, read_body
 from mldiag_run_registry.resources import ParentDep, route
 from mldiag_run_registry.runs.service import RunService
+from mldiag_schemas import bus
 from mldiag_schemas.auth import Permission
-from mldiag_schemas.runs import CreateRunRequest, SelfHostedRunRequest, UpdateRunRequest
+from mldiag_schemas.runs import (
+    CreateRunRequest,
+    RunConfigsReported,
+    SelfHostedRunRequest,
+    UpdateRunRequest,
+)
 
 router = APIRouter()
 
@@ -79,6 +87,28 @@ async def get_run(run_id: str, parent: ParentDep, service: ServiceDep) -> Respon
     return ContractResponse(await service.get_run(parent.project, parent.location, run_id))
 
 
+@route(router, "GET", "/machineLearningRuns/{run_id}/configs", Permission.RUNS_GET)
+async def flat_configs(run_id: str, parent: ParentDep, service: ServiceDep) -> Response:
+    """The run's configs flattened to dotted keys (``userConfigs`` / ``optimizer.lr``)."""
+    flat = await service.flat_configs(parent.project, parent.location, run_id)
+    return ContractResponse(flat)
+
+
+@route(router, "GET", "/machineLearningRuns:diffConfigs", Permission.RUNS_GET)
+async def diff_configs(
+    parent: ParentDep,
+    service: ServiceDep,
+    base: str,
+    other: str,
+    include_unchanged: Annotated[bool, Query(alias="includeUnchanged")] = False,
+) -> Response:
+    """How run ``other``'s configs differ from run ``base``'s, key by flattened key."""
+    result = await service.diff_configs(
+        parent.project, parent.location, base, other, include_unchanged=include_unchanged
+    )
+    return ContractResponse(result)
+
+
 @route(router, "PATCH", "/machineLearningRuns", Permission.RUNS_CREATE)
 async def upsert_self_hosted(request: Request, parent: ParentDep, service: ServiceDep) -> Response:
     """The official SDK's create: upsert on ``logicalId``; answers the run as it reads it."""
@@ -127,3 +157,25 @@ async def delete_run(
     """Soft-delete a run; answers the done delete operation."""
     operation = await service.delete_run(parent.project, parent.location, run_id, etag)
     return ContractResponse(operation)
+
+
+CONFIGS_CONSUMER = ConsumerSpec(
+    stream=bus.TELEMETRY,
+    subject=bus.CONFIGS_RECEIVED + ".*",
+    durable=bus.REGISTRY_CONFIGS_DURABLE,
+    message_type=RunConfigsReported,
+    batch_size=20,
+)
+"""Configs workloads reported (ingestion's OTLP logs receiver)."""
+
+
+class RunsBusHandler:
+    """Merges each reported configs message into its run, in order."""
+
+    def __init__(self, service: RunService) -> None:
+        self._service = service
+
+    async def on_configs(self, deliveries: list[Delivery[RunConfigsReported]]) -> None:
+        """Merge a batch, one message at a time (each merge is its own transaction)."""
+        for delivery in deliveries:
+            await self._service.report_configs(delivery.message)

@@ -265,6 +265,13 @@ class RunRepository:
         )
         return _run_from(row) if row else None
 
+    async def find_run(self, run_id: str) -> tuple[str, str, Run] | None:
+        """(project, location, run) of the run with that id under any parent, deleted or
+        not: run ids are unique across parents.
+        """
+        row = await self._pool.fetchrow(f"SELECT {_SELECT} FROM runs WHERE run_id = $1", run_id)
+        return (row["project"], row["location"], _run_from(row)) if row else None
+
     async def find_by_logical_id(self, project: str, location: str, logical_id: str) -> Run | None:
         """The run upserted on ``logical_id``, deleted or not."""
         row = await self._pool.fetchrow(

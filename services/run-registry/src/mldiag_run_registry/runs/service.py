@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 from pydantic.alias_generators import to_camel, to_snake
 
-from mldiag_platform.errors import InvalidArgument
+from mldiag_platform.errors import InvalidArgument, Unavailable
 from mldiag_platform.outbox import Flusher
 from mldiag_run_registry.errors import InvalidPageToken, InvalidRunId
 from mldiag_run_registry.filtering import (
@@ -33,6 +33,7 @@ from mldiag_run_registry.filtering import (
 )
 from mldiag_run_registry.operations.service import new_operation_id
 from mldiag_run_registry.paging import decode_token, encode_token, page_size
+from mldiag_run_registry.runs import configs
 from mldiag_run_registry.runs.errors import (
     EtagMismatch,
     EtagRequired,
@@ -41,6 +42,7 @@ from mldiag_run_registry.runs.errors import (
     RunAlreadyExists,
     RunEnded,
     RunNotFound,
+    RunNotYetCreated,
     RunWasDeleted,
 )
 from mldiag_run_registry.runs.repository import RunRepository
@@ -50,12 +52,15 @@ from mldiag_schemas.operations import Operation, OperationMetadata, OperationVer
 from mldiag_schemas.runs import (
     Artifacts,
     Configs,
+    ConfigsDiffResponse,
     CreateRunRequest,
     CustomWorkload,
     ErrorDetails,
+    FlatConfigsResponse,
     ListRunsResponse,
     Orchestrator,
     Run,
+    RunConfigsReported,
     RunCreated,
     RunDeleted,
     RunPhase,
@@ -74,6 +79,7 @@ log = structlog.get_logger(__name__)
 DEFAULT_PAGE_SIZE = 10
 MAX_PAGE_SIZE = 1000
 DEFAULT_ORDER = (OrderKey("createTime", descending=True),)
+_CONFIGS_ATTEMPTS = 5
 
 # Run ids the official SDK's logical ids map to when they are not valid run ids themselves.
 _LOGICAL_ID_NAMESPACE = uuid.UUID("6b1d3c52-4a8e-4f0e-9a57-3f2f3f6d8e11")
@@ -462,6 +468,58 @@ class RunService:
         await self._outbox.flush()
         log.info("run.deleted", run_id=run_id, project=project, location=location)
         return operation
+
+    # --- configs --------------------------------------------------------------------------
+
+    async def flat_configs(self, project: str, location: str, run_id: str) -> FlatConfigsResponse:
+        """The run's configs flattened to dotted keys, for display."""
+        run = await self.get_run(project, location, run_id)
+        return FlatConfigsResponse(run=run.name, entries=configs.flat_entries(run.configs))
+
+    async def diff_configs(
+        self,
+        project: str,
+        location: str,
+        base_id: str,
+        other_id: str,
+        *,
+        include_unchanged: bool = False,
+    ) -> ConfigsDiffResponse:
+        """How the other run's configs differ from the base run's."""
+        base = await self.get_run(project, location, base_id)
+        other = await self.get_run(project, location, other_id)
+        return ConfigsDiffResponse(
+            base=base.name,
+            other=other.name,
+            differences=configs.diff(
+                base.configs, other.configs, include_unchanged=include_unchanged
+            ),
+        )
+
+    async def report_configs(self, report: RunConfigsReported) -> None:
+        """Merge reported configs into the run, whatever its phase: configs describe the run
+        and may arrive after it ended. Applying a report twice changes nothing.
+
+        :class:`RunNotYetCreated` (retried by the consumer) while the run is unknown.
+        """
+        for _attempt in range(_CONFIGS_ATTEMPTS):  # lose no race with a concurrent update
+            found = await self._repository.find_run(report.run_id)
+            if found is None:
+                raise RunNotYetCreated(f"run {report.run_id!r} is not (yet) registered")
+            project, location, run = found
+            if run.delete_time is not None:
+                log.info("run.configs_dropped", run_id=run.run_id, reason="run deleted")
+                return
+            paths = configs.changed_sections(run.configs, report.configs)
+            if not paths:
+                return
+            merged = configs.merged(run.configs, report.configs)
+            try:
+                await self._replace(project, location, run, {"configs": merged}, paths)
+            except EtagMismatch:
+                continue
+            return
+        raise Unavailable(f"run {report.run_id!r} kept changing while configs were merged")
 
     # --- the official SDK's self-hosted contract ------------------------------------------
 
