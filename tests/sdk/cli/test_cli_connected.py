@@ -194,10 +194,20 @@ def _check_diff_and_delete(mldiag: Callable[..., Any], api: tuple[str, str]) -> 
     assert rows["hardwareConfigs.num_slices"] == ["removed", "hardwareConfigs.num_slices", "2"]
     assert "softwareConfigs.framework" not in rows and "userConfigs.optimizer.name" not in rows
     diff_json = _json(mldiag("configs", "diff", "cli-a", "cli-b", *api, "--format", "json"))
-    assert diff_json["runA"] == "cli-a"
-    assert {"key": "userConfigs.lr", "change": "changed", "a": 0.001, "b": 0.002} in diff_json[
-        "differences"
-    ]
+    assert diff_json["base"].endswith("/machineLearningRuns/cli-a")
+    assert {
+        "section": "userConfigs",
+        "key": "lr",
+        "change": "CHANGED",
+        "baseValue": 0.001,
+        "otherValue": 0.002,
+    } in diff_json["differences"]
+    everything = mldiag("configs", "diff", "cli-a", "cli-b", "--all", *api)
+    assert "unchanged  softwareConfigs.framework" in everything.out
+    shown = mldiag("configs", "show", "cli-a", *api)
+    assert shown.code == 0, shown.err
+    assert shown.out.splitlines()[0].split() == ["SECTION", "KEY", "VALUE"]
+    assert ["userConfigs", "lr", "0.001"] in [line.split() for line in shown.out.splitlines()]
     same = mldiag("configs", "diff", "cli-a", "cli-a", *api)
     assert (same.code, same.out.strip()) == (0, "configs of cli-a and cli-a are the same")
 

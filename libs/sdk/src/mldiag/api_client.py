@@ -225,6 +225,15 @@ class RegistryClient:
         """The run's metric names with point counts and highest steps."""
         return self._call("GET", f"/machineLearningRuns/{run_id}/metrics")
 
+    def run_configs(self, run_id: str) -> JsonObject:
+        """The run's configs flattened to dotted keys, one entry per leaf."""
+        return self._call("GET", f"/machineLearningRuns/{run_id}/configs")
+
+    def diff_configs(self, base: str, other: str, *, include_unchanged: bool = False) -> JsonObject:
+        """How run ``other``'s configs differ from run ``base``'s, key by flattened key."""
+        params = {"base": base, "other": other, "includeUnchanged": str(include_unchanged).lower()}
+        return self._call("GET", "/machineLearningRuns:diffConfigs", params=params)
+
     def latest_metrics(self, run_id: str) -> JsonObject:
         """The latest value of every series of the run."""
         return self._call("GET", f"/machineLearningRuns/{run_id}/metrics:latest")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 Format = Literal["table", "json", "yaml"]
@@ -17,6 +17,21 @@ Format = Literal["table", "json", "yaml"]
 
 FORMATS: tuple[Format, ...] = ("table", "json", "yaml")
 """Every format, the default first."""
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as one level of dotted keys; lists and scalars are leaves.
+
+    An empty dict stays a leaf (``{}``) so that its presence is not lost.
+    """
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, name))
+        else:
+            flat[name] = value
+    return flat
 
 
 def render_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:

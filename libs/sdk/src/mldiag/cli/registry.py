@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from mldiag.api_client import DEFAULT_API_URL, JsonObject, RegistryClient
-from mldiag.cli.diff import ConfigDifference, diff_configs, flatten
 from mldiag.cli.output import (
     FORMATS,
     Format,
     cell,
     dump,
+    flatten,
     labels_cell,
     render_fields,
     render_table,
@@ -296,16 +296,27 @@ def _add_operations(verbs: Any, verb: Any) -> None:
 
 
 def _add_configs(verbs: Any, verb: Any) -> None:
+    show = verb(
+        verbs,
+        "show",
+        _configs_show,
+        "show a run's configs, one dotted key per line",
+        "The run's software, hardware and user configs with nested keys flattened to "
+        "dotted ones; values keep their types (a string is quoted).",
+    )
+    show.add_argument("run", metavar="RUN")
     diff = verb(
         verbs,
         "diff",
         _configs_diff,
         "compare two runs' configs",
-        "Compare the software, hardware and user configs of two runs, nested keys "
-        "flattened to dotted ones. Exit status 0 whether or not they differ.",
+        "How RUN_B's software, hardware and user configs differ from RUN_A's, nested keys "
+        "flattened to dotted ones (the API compares: 1 equals 1.0, true does not). "
+        "Exit status 0 whether or not they differ.",
     )
     diff.add_argument("run_a", metavar="RUN_A")
     diff.add_argument("run_b", metavar="RUN_B")
+    diff.add_argument("--all", action="store_true", help="list unchanged keys too")
 
 
 # runs
@@ -711,35 +722,36 @@ def _tokens_revoke(ctx: Context, args: argparse.Namespace) -> int:
 # configs
 
 
-def _configs_diff(ctx: Context, args: argparse.Namespace) -> int:
-    run_a = ctx.client.get_run(args.run_a)
-    run_b = ctx.client.get_run(args.run_b)
-    differences = diff_configs(run_a, run_b)
-    body = {
-        "runA": run_a.get("runId", args.run_a),
-        "runB": run_b.get("runId", args.run_b),
-        "differences": [difference.as_json() for difference in differences],
-    }
-    ctx.emit(body, lambda: render_diff(body["runA"], body["runB"], differences))
+def _configs_show(ctx: Context, args: argparse.Namespace) -> int:
+    answer = ctx.client.run_configs(args.run)
+    rows = [(entry["section"], entry["key"], _value(entry["value"])) for entry in answer["entries"]]
+    ctx.emit(answer, lambda: render_table(("SECTION", "KEY", "VALUE"), rows))
     return 0
 
 
-def render_diff(name_a: str, name_b: str, differences: list[ConfigDifference]) -> str:
-    """A config diff for a person: a count line, then CHANGE, KEY and both values."""
-    if not differences:
+def _configs_diff(ctx: Context, args: argparse.Namespace) -> int:
+    answer = ctx.client.diff_configs(args.run_a, args.run_b, include_unchanged=args.all)
+    ctx.emit(answer, lambda: render_diff(args.run_a, args.run_b, answer["differences"]))
+    return 0
+
+
+def render_diff(name_a: str, name_b: str, differences: list[JsonObject]) -> str:
+    """The API's config diff for a person: a count line, then CHANGE, KEY and both values."""
+    changed = [d for d in differences if d["change"] != "UNCHANGED"]
+    if not changed:
         return f"configs of {name_a} and {name_b} are the same"
-    counts = dict.fromkeys(("added", "removed", "changed"), 0)
-    for difference in differences:
-        counts[difference.change] += 1
+    counts = dict.fromkeys(("ADDED", "REMOVED", "CHANGED"), 0)
+    for difference in changed:
+        counts[difference["change"]] += 1
     head = f"configs of {name_a} → {name_b}: " + ", ".join(
-        f"{count} {change}" for change, count in counts.items()
+        f"{count} {change.lower()}" for change, count in counts.items()
     )
     rows = (
         (
-            d.change,
-            d.key,
-            "" if d.change == "added" else _value(d.a),
-            "" if d.change == "removed" else _value(d.b),
+            d["change"].lower(),
+            f"{d['section']}.{d['key']}",
+            "" if d["change"] == "ADDED" else _value(d["baseValue"]),
+            "" if d["change"] == "REMOVED" else _value(d["otherValue"]),
         )
         for d in differences
     )
