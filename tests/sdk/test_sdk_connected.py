@@ -95,6 +95,9 @@ def test_points_logged_through_the_sdk_read_back_from_the_api(
     assert described["displayName"] == "connected"
     assert described["runSet"] == "sdk-tests"
     assert described["configs"]["userConfigs"] == {"lr": 3e-4, "layers": 12}
+    software, hardware = (described["configs"][f"{s}Configs"] for s in ("software", "hardware"))
+    assert software["python_version"] and isinstance(software["packages"]["count"], int)
+    assert isinstance(hardware["cpu_count"], int) and isinstance(hardware["memory_bytes"], int)
     assert described["runPhase"] == "COMPLETED"
 
     again = mldiag.init(  # a restart attaches to the same run (409 on create)

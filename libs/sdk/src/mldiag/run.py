@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -31,7 +32,7 @@ from typing import Any, Literal, Self
 from mldiag.config import Settings
 from mldiag.control import ControlStatus, HttpRunControl, RunControl, RunPhase, RunSpec
 from mldiag.encoding import Encoder
-from mldiag.environment import run_configs
+from mldiag.environment import user_configs, with_environment
 from mldiag.identity import host_name, process_index, resolve_run_id
 from mldiag.pipeline import Pipeline
 from mldiag.spool import BatchQueue, MemoryQueue, Spool, SpoolError, orphan_spools, writer_name
@@ -79,6 +80,8 @@ class Run:
         self._finish_lock = threading.RLock()  # re-entrant: SIGTERM may land inside finish
         self._exit_error: str | None = None
         self._run_ready = self._control is None
+        self._described: RunSpec | None = None
+        """The spec with the environment's configs, once the sender thread collected them."""
         self._http = client(settings.token, settings.request_timeout)
         queue, orphans = self._open_spool(replay_all)
         dead_letters = settings.spool_dir / "dead-letter" if settings.spool_dir else None
@@ -238,7 +241,10 @@ class Run:
         """Create or attach to the run (sender thread); True once done or given up."""
         if self._control is None:
             return True
-        status = self._control.ensure_run(self.spec, timeout)
+        if self._described is None:  # collected here, on the sender thread, once
+            configs = with_environment(self.spec.configs)
+            self._described = dataclasses.replace(self.spec, configs=configs)
+        status = self._control.ensure_run(self._described, timeout)
         self._run_ready = status in (ControlStatus.DONE, ControlStatus.ATTACHED)
         if status is ControlStatus.ATTACHED and not self._finished:
             # A restart resumes the run: whatever ended it before, it is running again.
@@ -437,7 +443,7 @@ def init(
         display_name=name or resolved_id,
         run_set=run_set or "default",
         labels=dict(labels or {}),
-        configs=run_configs(configs),
+        configs={"userConfigs": user_configs(configs)},
         gcs_path=gcs_path,
     )
     run_control: RunControl | None = None
