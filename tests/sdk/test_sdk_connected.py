@@ -119,3 +119,38 @@ def test_points_logged_through_the_sdk_read_back_from_the_api(
     assert len(points) == 501
     described = httpx.get(f"{api_url}/v1/machineLearningRuns/{run.run_id}", headers=_auth()).json()
     assert described["runPhase"] == "COMPLETED"
+
+
+def _heartbeats(api_url: str, run_id: str) -> list[dict[str, Any]]:
+    response = httpx.get(f"{api_url}/v1/machineLearningRuns/{run_id}/heartbeats", headers=_auth())
+    beats: list[dict[str, Any]] = response.json().get("heartbeats", [])
+    return beats
+
+
+def test_a_live_run_beats_with_its_last_step_and_stops_when_finished(
+    platform_urls: tuple[str, str], tmp_path: Path
+) -> None:
+    api_url, ingestion_url = platform_urls
+    run = mldiag.init(
+        name="beating",
+        api_url=api_url,
+        ingestion_url=ingestion_url,
+        spool_dir=tmp_path,
+        handle_exit=False,
+        heartbeat_interval=0.2,
+    )
+    deadline = time.monotonic() + 20
+    while not (beats := _heartbeats(api_url, run.run_id)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    [first] = beats
+    assert (first["host"], first["pid"], first["intervalSeconds"]) == (run.host, os.getpid(), 0.2)
+    assert first["step"] is None  # nothing logged yet
+    run.log({"loss": 1.0}, step=41)
+    while _heartbeats(api_url, run.run_id)[0]["step"] != 41 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _heartbeats(api_url, run.run_id)[0]["step"] == 41
+    assert run.finish() is True
+    time.sleep(0.5)  # in flight beats land
+    last = _heartbeats(api_url, run.run_id)[0]["lastSeenTime"]
+    time.sleep(0.6)  # three intervals: a live process would have beaten again
+    assert _heartbeats(api_url, run.run_id)[0]["lastSeenTime"] == last

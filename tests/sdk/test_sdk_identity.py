@@ -61,3 +61,15 @@ def test_settings_from_arguments_then_environment_then_defaults(tmp_path: Path) 
     assert chosen.batch_points == 7
     with pytest.raises(TypeError, match="unknown"):
         Settings.resolve(env={}, tuning={"nope": 1})
+
+
+def test_heartbeat_interval_from_the_environment_or_an_argument() -> None:
+    assert Settings.resolve(env={}).heartbeat_interval == 10.0
+    assert Settings.resolve(env={"MLDIAG_HEARTBEAT_INTERVAL": "0"}).heartbeat_interval == 0.0
+    chosen = Settings.resolve(
+        env={"MLDIAG_HEARTBEAT_INTERVAL": "3"}, tuning={"heartbeat_interval": 1.5}
+    )
+    assert chosen.heartbeat_interval == 1.5
+    for bad in ("soon", "-1", "nan"):
+        with pytest.raises(ValueError, match="MLDIAG_HEARTBEAT_INTERVAL"):
+            Settings.resolve(env={"MLDIAG_HEARTBEAT_INTERVAL": bad})

@@ -31,7 +31,9 @@ from mldiag_schemas.runs import (
 from mldiag_schemas.telemetry import (
     CompareMetricsResponse,
     DownsampleMetricResponse,
+    HeartbeatRequest,
     LatestMetricsResponse,
+    ListHeartbeatsResponse,
     ListMetricsResponse,
     ReadMetricSeriesResponse,
     WriteMetricsRequest,
@@ -57,6 +59,8 @@ RESOURCE_TYPES: tuple[type[BaseModel], ...] = (
     DownsampleMetricResponse,
     LatestMetricsResponse,
     CompareMetricsResponse,
+    HeartbeatRequest,
+    ListHeartbeatsResponse,
     ListEventsResponse,
     ListAnalysesResponse,
     StartXProfRequest,

@@ -17,11 +17,12 @@ from mldiag_schemas.runs import (
     RunPhaseChanged,
     RunUpdated,
 )
-from mldiag_schemas.telemetry import IngestMetrics, MetricPointsReceived
+from mldiag_schemas.telemetry import IngestMetrics, MetricPointsReceived, RunHeartbeat
 
 BusMessage = Annotated[
     MetricPointsReceived
     | IngestMetrics
+    | RunHeartbeat
     | RunConfigsReported
     | RunCreated
     | RunUpdated
@@ -37,6 +38,7 @@ BusMessage = Annotated[
 MESSAGE_TYPES: tuple[type[Envelope], ...] = (
     MetricPointsReceived,
     IngestMetrics,
+    RunHeartbeat,
     RunConfigsReported,
     RunCreated,
     RunUpdated,
@@ -51,6 +53,7 @@ MESSAGE_TYPES: tuple[type[Envelope], ...] = (
 SUBJECT_OF: dict[type[Envelope], str] = {
     MetricPointsReceived: bus.METRICS_RECEIVED,
     IngestMetrics: bus.METRICS_INGEST,
+    RunHeartbeat: bus.HEARTBEAT_RECEIVED,
     RunConfigsReported: bus.CONFIGS_RECEIVED,
     RunCreated: bus.RUN_CREATED,
     RunUpdated: bus.RUN_UPDATED,

@@ -415,3 +415,71 @@ class CompareMetricsResponse(Contract):
     source: str = Field(description="`raw` or the rollup read.")
     group_by: GroupBy = Field(description="How lines are split within a run.")
     series: list[DownsampledSeries] = Field(description="The lines, run by run.")
+
+
+# --- heartbeats ------------------------------------------------------------------------------
+
+MAX_HEARTBEAT_INTERVAL_SECONDS = 3600.0
+"""The longest interval a process may announce between two heartbeats."""
+
+
+class HeartbeatRequest(Contract):
+    """A process of a run saying it is alive (``POST .../machineLearningRuns/{run}:heartbeat``).
+
+    The SDK sends one every ``intervalSeconds`` while the run is alive; a process whose next
+    one is late is what the event detector's hang rule looks for.
+    """
+
+    host: str = Field(default="", max_length=253, description="The process's host.")
+    process_index: int = Field(default=0, ge=0, le=1_000_000, description="Its process index.")
+    pid: int = Field(default=0, ge=0, description="Its operating-system process id.")
+    step: int | None = Field(
+        default=None, ge=0, description="The last step it logged (none yet: null)."
+    )
+    interval_seconds: float = Field(
+        gt=0, le=MAX_HEARTBEAT_INTERVAL_SECONDS, description="Seconds until the next heartbeat."
+    )
+    time: datetime | None = Field(
+        default=None, description="When it was sent; the time of receipt when absent."
+    )
+
+
+class RunHeartbeat(Envelope):
+    """A heartbeat accepted by ingestion. Subject: ``telemetry.heartbeat.received.<run id>``;
+    ``occurred_at`` is the time it was sent (or received, when the sender gave none)."""
+
+    type: Literal["telemetry.heartbeat.received"] = "telemetry.heartbeat.received"
+    run_id: RunId = Field(description="The run the process belongs to.")
+    host: str = Field(default="", max_length=253, description="The process's host.")
+    process_index: int = Field(default=0, ge=0, description="Its process index.")
+    pid: int = Field(default=0, ge=0, description="Its operating-system process id.")
+    step: int | None = Field(default=None, ge=0, description="The last step it logged.")
+    interval_seconds: float = Field(gt=0, description="Seconds until the next heartbeat.")
+    received_at: datetime = Field(description="When ingestion received it.")
+
+    def partition(self) -> str:
+        """The run id: the last subject token."""
+        return self.run_id
+
+
+class ProcessHeartbeat(Contract):
+    """The latest heartbeat of one process of a run."""
+
+    host: str = Field(description="The process's host.")
+    process_index: int = Field(description="Its process index.")
+    pid: int = Field(description="Its process id (a new one after a restart).")
+    step: int | None = Field(description="The last step it logged.")
+    interval_seconds: float = Field(description="Seconds it said would pass until the next.")
+    last_seen_time: datetime = Field(description="When its latest heartbeat was sent.")
+    first_seen_time: datetime = Field(
+        description="Its first heartbeat with this pid (when the process started beating)."
+    )
+    overdue: bool = Field(
+        description="True when more than twice its interval has passed since the latest."
+    )
+
+
+class ListHeartbeatsResponse(Contract):
+    """The latest heartbeat of every process of a run, by host then process index."""
+
+    heartbeats: list[ProcessHeartbeat] = Field(default_factory=list)

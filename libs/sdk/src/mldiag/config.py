@@ -6,6 +6,7 @@ Read when a run starts (never at import), so a launcher can set the environment 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ class Settings:
         shutdown_timeout: Most seconds ``finish`` and the exit hook spend sending.
         request_timeout: Timeout of one HTTP request, in seconds.
         max_backoff: Longest wait between retries while the platform is unreachable.
+        heartbeat_interval: Seconds between two heartbeats of a process (0: none), from
+            ``MLDIAG_HEARTBEAT_INTERVAL`` when not given.
     """
 
     api_url: str = DEFAULT_API_URL
@@ -49,6 +52,7 @@ class Settings:
     shutdown_timeout: float = 10.0
     request_timeout: float = 5.0
     max_backoff: float = 30.0
+    heartbeat_interval: float = 10.0
 
     @classmethod
     def resolve(
@@ -64,7 +68,8 @@ class Settings:
         """Settings from arguments, else the environment, else the defaults.
 
         ``tuning`` overrides the numeric fields by name (``batch_points``, ``flush_interval``,
-        ``max_buffered_points``, ``shutdown_timeout``, ``request_timeout``, ``max_backoff``).
+        ``max_buffered_points``, ``shutdown_timeout``, ``request_timeout``, ``max_backoff``,
+        ``heartbeat_interval``).
         """
         env = os.environ if env is None else env
         root = spool_dir if spool_dir is not None else env.get("MLDIAG_SPOOL_DIR")
@@ -75,6 +80,7 @@ class Settings:
             ).rstrip("/"),
             token=resolve_token(token, env),
             spool_dir=Path(root) if root else default_root(),
+            heartbeat_interval=_seconds(env, "MLDIAG_HEARTBEAT_INTERVAL", 10.0),
         )
         if not tuning:
             return settings
@@ -92,5 +98,20 @@ _TUNABLE = frozenset(
         "shutdown_timeout",
         "request_timeout",
         "max_backoff",
+        "heartbeat_interval",
     }
 )
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """A non-negative number of seconds from the environment (``ValueError`` naming it)."""
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, not {text!r}") from None
+    if value < 0 or math.isnan(value):
+        raise ValueError(f"{name} must be 0 (off) or a positive number of seconds")
+    return value

@@ -33,6 +33,7 @@ from mldiag.config import Settings
 from mldiag.control import ControlStatus, HttpRunControl, RunControl, RunPhase, RunSpec
 from mldiag.encoding import Encoder
 from mldiag.environment import user_configs, with_environment
+from mldiag.heartbeat import Heartbeat
 from mldiag.identity import host_name, process_index, resolve_run_id
 from mldiag.pipeline import Pipeline
 from mldiag.spool import BatchQueue, MemoryQueue, Spool, SpoolError, orphan_spools, writer_name
@@ -99,6 +100,18 @@ class Run:
         if system_metrics_interval is not None and os.environ.get("LOCAL_RANK", "0") == "0":
             self._sampler = SystemSampler(self._record_system, system_metrics_interval)
             self._sampler.start()
+        self._heartbeat: Heartbeat | None = None
+        if settings.heartbeat_interval > 0:
+            self._heartbeat = Heartbeat(
+                client(settings.token, settings.request_timeout),
+                settings.ingestion_url,
+                spec.run_id,
+                host=host,
+                process_index=process_index,
+                interval=settings.heartbeat_interval,
+                last_step=self._last_step,
+            )
+            self._heartbeat.start()
         self._previous_excepthook: Callable[..., Any] | None = None
         self._previous_sigterm: _SignalHandler = None
         if handle_exit:
@@ -186,6 +199,10 @@ class Run:
             self._next_step = max(self._next_step, int(step) + 1)
         self._pipeline.put(int(step), {metric_name: value}, labels)
 
+    def _last_step(self) -> int | None:
+        """The last step logged (None before the first), for heartbeats."""
+        return self._next_step - 1 if self._next_step else None
+
     def _record_system(self, sample: Sample) -> None:
         """Record one system sample at the current step (one host sampler per machine)."""
         step = max(self._next_step - 1, 0)
@@ -225,6 +242,8 @@ class Run:
         self._remove_exit_hooks()
         if self._sampler is not None:
             self._sampler.stop()
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         limit = self.settings.shutdown_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         # Keep a slice of the time for the phase update: the last thing a user sees.
@@ -383,6 +402,7 @@ def init(
     flush_interval: float | None = None,
     max_buffered_points: int | None = None,
     request_timeout: float | None = None,
+    heartbeat_interval: float | None = None,
     log_system_metrics: bool = False,
     system_metrics_interval: float = 10.0,
     control: RunControl | None = None,
@@ -415,6 +435,8 @@ def init(
         flush_interval: Most seconds a point waits before it is sent (default 1).
         max_buffered_points: Bound of the in-memory buffer (default 500,000).
         request_timeout: Seconds per HTTP request (default 5).
+        heartbeat_interval: Seconds between heartbeats (``MLDIAG_HEARTBEAT_INTERVAL``,
+            default 10; 0 sends none).
         log_system_metrics: Sample host CPU/memory (psutil) and GPUs (NVML) when installed.
         system_metrics_interval: Seconds between two system samples.
         control: Replaces the HTTP :class:`RunControl` (tests, other backends).
@@ -427,6 +449,7 @@ def init(
             ("flush_interval", flush_interval),
             ("max_buffered_points", max_buffered_points),
             ("request_timeout", request_timeout),
+            ("heartbeat_interval", heartbeat_interval),
         )
         if value is not None
     }

@@ -55,3 +55,9 @@ class TimestampInFuture(InvalidArgument):
     """A point's time lies further past the time of receipt than clock skew explains."""
 
     code = "timestamp_in_future"
+
+
+class InvalidHeartbeat(InvalidArgument):
+    """The heartbeat does not parse or violates the contract."""
+
+    code = "invalid_heartbeat"

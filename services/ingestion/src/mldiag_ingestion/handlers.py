@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from mldiag_ingestion.errors import (
     BodyTooLarge,
     InvalidBatch,
+    InvalidHeartbeat,
     InvalidLabels,
     InvalidMetricName,
     UnsupportedEncoding,
@@ -17,10 +18,10 @@ from mldiag_ingestion.service import IngestionService
 from mldiag_platform.auth import requires
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.errors import InvalidArgument
-from mldiag_platform.http import ContractResponse
+from mldiag_platform.http import ContractResponse, parse_body
 from mldiag_schemas import bus
 from mldiag_schemas.auth import Permission
-from mldiag_schemas.telemetry import IngestMetrics, WriteMetricsRequest
+from mldiag_schemas.telemetry import HeartbeatRequest, IngestMetrics, WriteMetricsRequest
 
 router = APIRouter()
 
@@ -41,6 +42,21 @@ async def write_metrics(request: Request, run_id: str) -> Response:
     write = _parse_write(body)
     result = await service.write_metrics(run_id, write, datetime.now(UTC))
     return ContractResponse(result, status_code=202)
+
+
+@router.post(RUN_PATH + ":heartbeat", status_code=204, dependencies=_WRITE_METRICS)
+@router.post(SHORT_RUN_PATH + ":heartbeat", status_code=204, dependencies=_WRITE_METRICS)
+async def heartbeat(request: Request, run_id: str) -> Response:
+    """A process of the run is alive; 204 once JetStream has the heartbeat."""
+    service: IngestionService = request.app.state.service
+    raw = await _read_body(request, _HEARTBEAT_BYTES)
+    body = parse_body(HeartbeatRequest, raw, InvalidHeartbeat)
+    await service.heartbeat(run_id, body, datetime.now(UTC))
+    return Response(status_code=204)
+
+
+_HEARTBEAT_BYTES = 4096
+"""A heartbeat is a few fields; anything larger is a mistake."""
 
 
 def _parse_write(raw: bytes) -> WriteMetricsRequest:

@@ -18,15 +18,18 @@ from mldiag_schemas.telemetry import (
     MAX_FUTURE_SKEW,
     MAX_LABEL_SETS_PER_METRIC,
     MAX_POINTS_PER_MESSAGE,
+    HeartbeatRequest,
     IngestMetrics,
     MetricColumns,
     MetricPointsReceived,
     MetricSeries,
+    RunHeartbeat,
     WriteMetricsRequest,
     WriteMetricsResponse,
 )
 
 CHUNK_ID_NAMESPACE = uuid.UUID("a4c1d7a2-6f0e-4a9b-8f43-9f2b8f1c3d10")
+HEARTBEAT_ID_NAMESPACE = uuid.UUID("5b0e2f1c-8d3a-4e7b-9c61-2a4f6d8e0b13")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -54,10 +57,7 @@ class IngestionService:
         Every check runs before anything is published, so a rejected request leaves
         nothing behind.
         """
-        if not is_run_id(run_id):
-            raise InvalidRunId(
-                f"invalid run id {run_id!r}: use lower-case letters, digits and '-' (max 63)"
-            )
+        _check_run_id(run_id)
         count = request.point_count()
         if count > self._max_points:
             raise TooManyPoints(
@@ -97,6 +97,37 @@ class IngestionService:
             request = request.model_copy(update={"batch_id": command.event_id})
         return await self.write_metrics(command.run_id, request, min(command.occurred_at, now))
 
+    async def heartbeat(
+        self, run_id: str, request: HeartbeatRequest, received_at: datetime
+    ) -> RunHeartbeat:
+        """Publish a process's heartbeat; return once JetStream has it.
+
+        Its id derives from the process and the time it was sent, so a retried heartbeat is
+        published once.
+        """
+        _check_run_id(run_id)
+        sent_at = request.time or received_at
+        if sent_at > received_at + self._max_skew:
+            raise TimestampInFuture(
+                f"heartbeat time {sent_at.isoformat()} is more than {self._max_skew} after"
+                " receipt: check the client's clock",
+                details=[{"field": "time"}],
+            )
+        identity = (run_id, request.host, str(request.process_index), str(request.pid))
+        heartbeat = RunHeartbeat(
+            event_id=derived_id(HEARTBEAT_ID_NAMESPACE, *identity, sent_at.isoformat()),
+            occurred_at=sent_at,
+            run_id=run_id,
+            host=request.host,
+            process_index=request.process_index,
+            pid=request.pid,
+            step=request.step,
+            interval_seconds=request.interval_seconds,
+            received_at=received_at,
+        )
+        await self._publisher.publish_many([heartbeat])
+        return heartbeat
+
     def _check_label_sets(self, request: WriteMetricsRequest) -> None:
         # The per-request half of the cardinality bound; the registry holds the per-run half.
         seen: dict[str, set[tuple[object, ...]]] = {}
@@ -133,6 +164,13 @@ class IngestionService:
             steps=series.steps,
             values=series.values,
             times_unix_us=times,
+        )
+
+
+def _check_run_id(run_id: str) -> None:
+    if not is_run_id(run_id):
+        raise InvalidRunId(
+            f"invalid run id {run_id!r}: use lower-case letters, digits and '-' (max 63)"
         )
 
 

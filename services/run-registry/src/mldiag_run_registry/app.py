@@ -14,6 +14,9 @@ from mldiag_platform.outbox import Outbox, outbox_migrations, running_sweeper
 from mldiag_run_registry.events import handlers as events_handlers
 from mldiag_run_registry.events.repository import EventsRepository
 from mldiag_run_registry.events.service import EventsService
+from mldiag_run_registry.heartbeats import handlers as heartbeats_handlers
+from mldiag_run_registry.heartbeats.repository import HeartbeatsRepository
+from mldiag_run_registry.heartbeats.service import HeartbeatsService
 from mldiag_run_registry.metrics import handlers as metrics_handlers
 from mldiag_run_registry.metrics.repository import MetricsRepository
 from mldiag_run_registry.metrics.service import MetricsService
@@ -49,6 +52,9 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             ),
             *load_migrations("run-registry-metrics", "mldiag_run_registry.metrics.migrations"),
             *load_migrations("run-registry-tokens", "mldiag_run_registry.tokens.migrations"),
+            *load_migrations(
+                "run-registry-heartbeats", "mldiag_run_registry.heartbeats.migrations"
+            ),
         ]
         async with AsyncExitStack() as stack:
             pool = await stack.enter_async_context(
@@ -70,6 +76,7 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             runs = RunService(RunRepository(pool, outbox, operations), outbox)
             metrics = MetricsService(MetricsRepository(pool, settings.db_schema), runs)
             events = EventsService(EventsRepository(pool), runs)
+            heartbeats = HeartbeatsService(HeartbeatsRepository(pool), runs)
 
             bus.consume(
                 runs_handlers.CONFIGS_CONSUMER, runs_handlers.RunsBusHandler(runs).on_configs
@@ -81,11 +88,16 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             events_bus = events_handlers.EventsBusHandler(events)
             bus.consume(events_handlers.EVENTS_CONSUMER, events_bus.on_events)
             bus.consume(events_handlers.ANALYSES_CONSUMER, events_bus.on_analyses)
+            bus.consume(
+                heartbeats_handlers.HEARTBEATS_CONSUMER,
+                heartbeats_handlers.HeartbeatsBusHandler(heartbeats).on_heartbeats,
+            )
             await bus.start()
             await outbox.flush()  # whatever a crash left staged
             await stack.enter_async_context(running_sweeper(outbox))
 
             app.state.runs, app.state.metrics, app.state.events = runs, metrics, events
+            app.state.heartbeats = heartbeats
             app.state.operations = OperationsService(operations)
             app.state.tokens, app.state.tokens_service = directory, tokens
             checks.update(nats=bus.healthy, database=lambda: database_ok(pool))
@@ -97,6 +109,7 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
         runs_handlers.router,
         metrics_handlers.router,
         events_handlers.router,
+        heartbeats_handlers.router,
         operations_handlers.router,
         tokens_handlers.router,
     ):

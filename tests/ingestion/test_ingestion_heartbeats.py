@@ -1,0 +1,108 @@
+"""Heartbeats through ingestion against a real NATS server: 204 once JetStream has them."""
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+
+from conftest import ApiTokens
+from mldiag_ingestion.app import create_app
+from mldiag_ingestion.settings import IngestionSettings
+from mldiag_platform.settings import NatsSettings
+from mldiag_schemas.auth import Role
+from mldiag_schemas.bus import HEARTBEAT_RECEIVED
+from mldiag_schemas.telemetry import RunHeartbeat
+from support import read_messages, serving
+
+pytestmark = pytest.mark.connected
+
+BEAT = "/v1/machineLearningRuns/run-1:heartbeat"
+
+
+@pytest.fixture
+async def api(
+    nats_settings: NatsSettings, api_tokens: ApiTokens
+) -> AsyncIterator[httpx.AsyncClient]:
+    settings = IngestionSettings(nats=nats_settings, otlp_grpc_port=0, otlp_http_port=0)
+    async with serving(create_app(settings), api_tokens.headers()) as client:
+        yield client
+
+
+async def _beats(settings: NatsSettings) -> list[RunHeartbeat]:
+    return await read_messages(settings, HEARTBEAT_RECEIVED, RunHeartbeat)
+
+
+async def test_a_heartbeat_is_in_the_stream_when_answered_and_a_retry_is_not_doubled(
+    api: httpx.AsyncClient, nats_settings: NatsSettings
+) -> None:
+    sent = datetime.now(UTC).replace(microsecond=0)
+    body = {
+        "host": "node-0",
+        "processIndex": 1,
+        "pid": 4242,
+        "step": 17,
+        "intervalSeconds": 10,
+        "time": sent.isoformat(),
+    }
+    for _ in range(2):  # the client retried
+        response = await api.post(BEAT, json=body)
+        assert response.status_code == 204, response.text
+    [beat] = await _beats(nats_settings)
+    assert (beat.run_id, beat.host, beat.process_index, beat.pid, beat.step) == (
+        "run-1",
+        "node-0",
+        1,
+        4242,
+        17,
+    )
+    assert beat.occurred_at == sent and beat.interval_seconds == 10
+
+
+async def test_a_heartbeat_without_time_or_step_is_stamped_on_receipt(
+    api: httpx.AsyncClient, nats_settings: NatsSettings
+) -> None:
+    before = datetime.now(UTC)
+    assert (await api.post(BEAT, json={"intervalSeconds": 5})).status_code == 204
+    [beat] = await _beats(nats_settings)
+    assert beat.step is None and beat.occurred_at >= before
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        (b"{not json", "invalid_heartbeat"),
+        (b'{"intervalSeconds": 0}', "invalid_heartbeat"),
+        (b'{"intervalSeconds": 5, "step": -1}', "invalid_heartbeat"),
+        (b'{"host": "h"}', "invalid_heartbeat"),  # no interval
+    ],
+)
+async def test_bad_heartbeats_are_refused(
+    api: httpx.AsyncClient, nats_settings: NatsSettings, body: bytes, code: str
+) -> None:
+    response = await api.post(BEAT, content=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == code
+    assert await _beats(nats_settings) == []
+
+
+async def test_a_heartbeat_from_the_future_or_for_no_run_is_refused(
+    api: httpx.AsyncClient, nats_settings: NatsSettings
+) -> None:
+    future = (datetime.now(UTC) + timedelta(days=2)).isoformat()
+    late = await api.post(BEAT, json={"intervalSeconds": 5, "time": future})
+    assert late.json()["error"]["code"] == "timestamp_in_future"
+    bad_run = await api.post(
+        "/v1/machineLearningRuns/Not_A_Run:heartbeat", json={"intervalSeconds": 5}
+    )
+    assert bad_run.json()["error"]["code"] == "invalid_run_id"
+    assert await _beats(nats_settings) == []
+
+
+async def test_a_viewer_may_not_send_heartbeats(
+    api: httpx.AsyncClient, api_tokens: ApiTokens
+) -> None:
+    response = await api.post(
+        BEAT, json={"intervalSeconds": 5}, headers=api_tokens.headers(Role.VIEWER)
+    )
+    assert response.status_code == 403
