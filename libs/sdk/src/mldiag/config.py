@@ -80,7 +80,7 @@ class Settings:
             ).rstrip("/"),
             token=resolve_token(token, env),
             spool_dir=Path(root) if root else default_root(),
-            heartbeat_interval=_seconds(env, "MLDIAG_HEARTBEAT_INTERVAL", 10.0),
+            heartbeat_interval=env_seconds(env, "MLDIAG_HEARTBEAT_INTERVAL", 10.0),
         )
         if not tuning:
             return settings
@@ -103,7 +103,7 @@ _TUNABLE = frozenset(
 )
 
 
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+def env_seconds(env: Mapping[str, str], name: str, default: float) -> float:
     """A non-negative number of seconds from the environment (``ValueError`` naming it)."""
     text = env.get(name, "").strip()
     if not text:

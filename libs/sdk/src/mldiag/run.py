@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from types import FrameType, TracebackType
 from typing import Any, Literal, Self
 
-from mldiag.config import Settings
+from mldiag.config import Settings, env_seconds
 from mldiag.control import ControlStatus, HttpRunControl, RunControl, RunPhase, RunSpec
 from mldiag.encoding import Encoder
 from mldiag.environment import user_configs, with_environment
@@ -403,8 +403,8 @@ def init(
     max_buffered_points: int | None = None,
     request_timeout: float | None = None,
     heartbeat_interval: float | None = None,
-    log_system_metrics: bool = False,
-    system_metrics_interval: float = 10.0,
+    log_system_metrics: bool = True,
+    system_metrics_interval: float | None = None,
     control: RunControl | None = None,
 ) -> Run:
     """Start recording a run, creating it (process 0) or attaching to it.
@@ -437,8 +437,10 @@ def init(
         request_timeout: Seconds per HTTP request (default 5).
         heartbeat_interval: Seconds between heartbeats (``MLDIAG_HEARTBEAT_INTERVAL``,
             default 10; 0 sends none).
-        log_system_metrics: Sample host CPU/memory (psutil) and GPUs (NVML) when installed.
-        system_metrics_interval: Seconds between two system samples.
+        log_system_metrics: Sample the host (psutil), NVIDIA GPUs (NVML) and TPUs (libtpu)
+            where present; False turns it off.
+        system_metrics_interval: Seconds between two system samples
+            (``MLDIAG_SYSTEM_METRICS_INTERVAL``, default 10; 0 turns it off).
         control: Replaces the HTTP :class:`RunControl` (tests, other backends).
     """
     overrides = {
@@ -482,12 +484,21 @@ def init(
         control=run_control,
         handle_exit=handle_exit,
         replay_all=replay_all,
-        system_metrics_interval=system_metrics_interval if log_system_metrics else None,
+        system_metrics_interval=_system_interval(log_system_metrics, system_metrics_interval),
     )
     global _current  # noqa: PLW0603  # the module-level "current run" of metrics.record
     with _current_lock:
         _current = run
     return run
+
+
+def _system_interval(enabled: bool, interval: float | None) -> float | None:
+    """Seconds between system samples, or None when they are off."""
+    if not enabled:
+        return None
+    if interval is None:
+        interval = env_seconds(os.environ, "MLDIAG_SYSTEM_METRICS_INTERVAL", 10.0)
+    return interval if interval > 0 else None
 
 
 def process_index_of(explicit: int | None) -> int:
