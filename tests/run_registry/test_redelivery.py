@@ -44,8 +44,11 @@ async def test_a_batch_redelivered_after_a_failure_is_stored_exactly_once(
 async def _check_stored_once(bus: Bus, pool: asyncpg.Pool, db_schema: str, fail: str) -> None:
     publisher = bus.publisher
     outbox = Outbox(pool, publisher)
-    runs = RunService(RunRepository(pool, outbox), outbox)
-    real = MetricsBusHandler(MetricsService(MetricsRepository(pool, db_schema), runs))
+    run_repository = RunRepository(pool, outbox)
+    runs = RunService(run_repository, outbox)
+    real = MetricsBusHandler(
+        MetricsService(MetricsRepository(pool, db_schema), runs, run_repository)
+    )
     deliveries_seen: list[int] = []
 
     async def fails_once(deliveries: list[Delivery[MetricPointsReceived]]) -> None:

@@ -22,7 +22,7 @@ from mldiag_run_registry.metrics.repository import ROLLUP_LEVELS, MetricsReposit
 from mldiag_run_registry.metrics.service import MetricsService
 from mldiag_run_registry.runs.errors import RunNotFound
 from mldiag_schemas.auth import Role
-from mldiag_schemas.runs import Run
+from mldiag_schemas.runs import Run, RunMetricsSummary
 from mldiag_schemas.telemetry import MetricColumns, MetricPointsReceived, to_unix_micros
 from support import StaticTokens
 
@@ -37,6 +37,10 @@ class KnownRuns:
 
     def __init__(self, *run_ids: str) -> None:
         self.run_ids = set(run_ids)
+        self.summaries: dict[str, RunMetricsSummary] = {}
+
+    async def set_metrics_summary(self, run_id: str, summary: RunMetricsSummary) -> None:
+        self.summaries[run_id] = summary
 
     async def get_run(self, project: str, location: str, run_id: str) -> Run:
         if run_id not in self.run_ids or (project, location) != ("default", "local"):
@@ -64,7 +68,9 @@ async def store(database_settings: DatabaseSettings, db_schema: str) -> AsyncIte
         ],
     )
     runs = KnownRuns("run-a", "run-b")
-    service = MetricsService(MetricsRepository(pool, db_schema, max_series_per_metric=4), runs)
+    service = MetricsService(
+        MetricsRepository(pool, db_schema, max_series_per_metric=4), runs, runs
+    )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -358,3 +364,27 @@ async def test_series_beyond_the_per_metric_bound_are_dropped_not_stored(store: 
     assert await store.service.store([_message("run-a", *many)]) == 4  # the bound is 4
     assert await store.service.store([_message("run-a", _columns("loss", [2], [2.0], "h0"))]) == 1
     assert await store.pool.fetchval("SELECT count(*) FROM metric_series") == 4
+
+
+async def test_the_run_summary_is_the_mean_of_its_well_known_metrics(store: Store) -> None:
+    steps = list(range(0, 300_000, 1000))  # spread over several coarsest buckets
+    await store.service.store(
+        [
+            _message(
+                "run-a",
+                _columns("step_time", steps, [0.5] * (len(steps) - 1) + [math.nan]),
+                _columns("step_time", [1, 2], [2.0, 2.0], host="h1"),
+                _columns("mfu", [1, 2, 3], [40.0, 50.0, 60.0]),
+                _columns("loss", [1], [9.0]),
+            )
+        ]
+    )
+    summary = store.runs.summaries["run-a"]
+    expected_step_time = (0.5 * (len(steps) - 1) + 4.0) / (len(steps) + 1)  # NaN left out
+    assert summary.avg_step_time == pytest.approx(expected_step_time)
+    assert summary.avg_mfu == pytest.approx(50.0)
+    assert summary.avg_throughput is None and summary.avg_latency is None
+    # a batch without summary metrics leaves the summary alone
+    store.runs.summaries.clear()
+    await store.service.store([_message("run-a", _columns("loss", [2], [8.0]))])
+    assert store.runs.summaries == {}

@@ -380,3 +380,40 @@ def test_migration_sets_are_numbered_without_gaps() -> None:
         migrations = load_migrations(component, package)
         assert [m.version for m in migrations] == list(range(1, len(migrations) + 1))
         assert migrations
+
+
+async def test_the_output_only_summary_follows_the_metrics_and_survives_updates(
+    api: httpx.AsyncClient, publisher: Publisher
+) -> None:
+    run = await _create(api, runId="summarised")
+    assert run["metrics"] == {
+        "avgStepTime": None,
+        "avgMfu": None,
+        "avgThroughput": None,
+        "avgLatency": None,
+    }
+    points = [
+        {"name": name, "step": step, "value": value, "time": NOW}
+        for step, (step_time, throughput) in enumerate([(0.25, 400.0), (0.75, 200.0)])
+        for name, value in (("step_time", step_time), ("throughput", throughput))
+    ]
+    await publisher.publish(
+        MetricPointsReceived.model_validate(
+            {"runId": "summarised", "batchId": uuid.uuid4(), "chunk": 0, "points": points}
+        )
+    )
+
+    async def described() -> dict[str, Any]:
+        body: dict[str, Any] = (await api.get(f"{RUNS}/summarised")).json()
+        return body
+
+    summarised = await wait_until(described, lambda r: r["metrics"]["avgStepTime"] is not None)
+    assert summarised["metrics"]["avgStepTime"] == 0.5
+    assert summarised["metrics"]["avgThroughput"] == 300.0
+    assert summarised["etag"] == run["etag"]  # output-only: nobody changed the run
+    renamed = await _patch(api, "summarised", {"etag": run["etag"], "displayName": "renamed"})
+    assert renamed.status_code == 200, renamed.text
+    after = await described()
+    assert after["displayName"] == "renamed" and after["metrics"]["avgStepTime"] == 0.5
+    listed = (await api.get(RUNS)).json()["machineLearningRuns"]
+    assert listed[0]["metrics"]["avgThroughput"] == 300.0

@@ -73,8 +73,11 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
                 )
             outbox = Outbox(pool, bus.publisher)
             operations = OperationsRepository(pool)
-            runs = RunService(RunRepository(pool, outbox, operations), outbox)
-            metrics = MetricsService(MetricsRepository(pool, settings.db_schema), runs)
+            run_repository = RunRepository(pool, outbox, operations)
+            runs = RunService(run_repository, outbox)
+            metrics = MetricsService(
+                MetricsRepository(pool, settings.db_schema), runs, run_repository
+            )
             events = EventsService(EventsRepository(pool), runs)
             heartbeats = HeartbeatsService(HeartbeatsRepository(pool), runs)
 

@@ -157,6 +157,28 @@ class MetricsRepository:
         self._schema = schema
         self._max_series = max_series_per_metric
 
+    async def means(
+        self, run_ids: Sequence[str], metrics: Sequence[str]
+    ) -> dict[tuple[str, str], float]:
+        """The mean of every non-NaN value of ``metrics`` in each run (all its series), from
+        the coarsest rollups: a few rows per series, whatever its length."""
+        rows = await self._pool.fetch(
+            "SELECT s.run_id, s.metric, sum(r.sum) AS total,"
+            " sum(r.count - r.nan_count)::float8 AS n"
+            " FROM metric_series s JOIN metric_rollups r"
+            " ON r.series_id = s.series_id AND r.width_log2 = $3"
+            " WHERE s.run_id = ANY($1::text[]) AND s.metric = ANY($2::text[])"
+            " GROUP BY s.run_id, s.metric",
+            list(run_ids),
+            list(metrics),
+            ROLLUP_LEVELS[-1],
+        )
+        return {
+            (row["run_id"], row["metric"]): row["total"] / row["n"]
+            for row in rows
+            if row["n"] and row["total"] is not None
+        }
+
     async def store_messages(self, messages: Sequence[MetricPointsReceived]) -> StoreResult:
         """Store the points of messages not stored before, with their rollups and series.
 

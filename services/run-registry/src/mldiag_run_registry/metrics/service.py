@@ -14,7 +14,7 @@ import structlog
 from prometheus_client import Counter
 
 from mldiag_run_registry.errors import InvalidPageToken
-from mldiag_run_registry.lookup import RunLookup
+from mldiag_run_registry.lookup import RunLookup, SummaryWriter
 from mldiag_run_registry.metrics.errors import InvalidBucketCount, InvalidGroupBy, InvalidRunList
 from mldiag_run_registry.metrics.repository import (
     ROLLUP_LEVELS,
@@ -23,6 +23,7 @@ from mldiag_run_registry.metrics.repository import (
     SeriesRow,
 )
 from mldiag_run_registry.paging import decode_token, encode_token, page_size
+from mldiag_schemas.runs import RunMetricsSummary
 from mldiag_schemas.telemetry import (
     CompareMetricsResponse,
     DownsampledSeries,
@@ -89,16 +90,41 @@ def _time(micros: int) -> datetime:
     return _EPOCH + timedelta(microseconds=micros)
 
 
+SUMMARY_FIELDS = {
+    "step_time": "avg_step_time",
+    "mfu": "avg_mfu",
+    "throughput": "avg_throughput",
+    "latency": "avg_latency",
+}
+"""The official SDK's well-known metric names → the run's output-only averages."""
+
+
 class MetricsService:
     """A run's metric series."""
 
-    def __init__(self, repository: MetricsRepository, runs: RunLookup) -> None:
+    def __init__(
+        self, repository: MetricsRepository, runs: RunLookup, summaries: SummaryWriter
+    ) -> None:
         self._repository = repository
         self._runs = runs
+        self._summaries = summaries
 
     async def store(self, messages: Sequence[MetricPointsReceived]) -> int:
-        """Store points from the bus (idempotent per message); return how many were new."""
+        """Store points from the bus (idempotent per message); return how many were new.
+
+        When they include a summary metric (``step_time``, ``mfu``, ``throughput``,
+        ``latency``), the run's output-only averages are recomputed from the rollups.
+        """
         result = await self._repository.store_messages(messages)
+        touched = sorted(
+            {
+                message.run_id
+                for message in messages
+                if any(series.name in SUMMARY_FIELDS for series in message.series)
+            }
+        )
+        if touched and result.messages:
+            await self._refresh_summaries(touched)
         if result.dropped_points:
             POINTS_DROPPED.inc(result.dropped_points)
             log.warning(
@@ -107,6 +133,18 @@ class MetricsService:
                 reason="series bound per metric reached",
             )
         return result.points
+
+    async def _refresh_summaries(self, run_ids: Sequence[str]) -> None:
+        means = await self._repository.means(run_ids, list(SUMMARY_FIELDS))
+        for run_id in run_ids:
+            summary = RunMetricsSummary.model_validate(
+                {
+                    field: means[run_id, metric]
+                    for metric, field in SUMMARY_FIELDS.items()
+                    if (run_id, metric) in means
+                }
+            )
+            await self._summaries.set_metrics_summary(run_id, summary)
 
     async def list_metrics(self, project: str, location: str, run_id: str) -> ListMetricsResponse:
         """The metrics a run recorded."""

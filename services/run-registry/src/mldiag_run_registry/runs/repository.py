@@ -55,10 +55,13 @@ _JSONB = {"labels", "artifacts", "workload_details", "error_details", "metrics_s
 _PLACEHOLDERS = ", ".join(
     f"${i}::jsonb" if name in _JSONB else f"${i}" for i, name in enumerate(_COLUMNS, start=1)
 )
-# Every column but the key and the parent, for a full-row update ($1..$3 identify the row).
+# Maintained by the metrics part of the registry (set_metrics_summary), never by an update.
+_OUTPUT_ONLY = frozenset({"metrics_summary"})
+_UPDATED = tuple(name for name in _COLUMNS if name not in _OUTPUT_ONLY)
+# Every updated column but the key and the parent, for a full-row update ($1..$3 identify it).
 _SET = ", ".join(
     f"{name} = ${i}::jsonb" if name in _JSONB else f"{name} = ${i}"
-    for i, name in enumerate(_COLUMNS, start=1)
+    for i, name in enumerate(_UPDATED, start=1)
     if i > 3
 )
 
@@ -236,7 +239,11 @@ class RunRepository:
         """
         try:
             async with self._pool.acquire() as conn, conn.transaction():
-                values = _values(project, location, run)
+                values = [
+                    value
+                    for name, value in zip(_COLUMNS, _values(project, location, run), strict=True)
+                    if name not in _OUTPUT_ONLY
+                ]
                 replaced = await conn.fetchval(
                     f"UPDATE runs SET {_SET}"
                     " WHERE run_id = $1 AND project = $2 AND location = $3"
@@ -251,6 +258,14 @@ class RunRepository:
         except asyncpg.UniqueViolationError:  # runs_by_logical_id
             return "conflict"
         return "replaced"
+
+    async def set_metrics_summary(self, run_id: str, summary: RunMetricsSummary) -> None:
+        """Store the run's output-only metric averages (no new etag: nobody wrote the run)."""
+        await self._pool.execute(
+            "UPDATE runs SET metrics_summary = $2::jsonb WHERE run_id = $1",
+            run_id,
+            summary.model_dump_json(),
+        )
 
     async def get_run(
         self, project: str, location: str, run_id: str, *, include_deleted: bool = False
