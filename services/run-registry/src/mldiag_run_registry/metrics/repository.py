@@ -22,28 +22,22 @@ bucket the raw points are few enough to aggregate directly."""
 
 _POINT_COLUMNS = ("series_id", "step", "time_us", "value")
 
-# The finest level is aggregated from the batch in memory and merged into what is stored
-# (the ledger guarantees a message is folded in once); each coarser level is then rebuilt
-# from the four finer rows under every bucket the batch touched. Re-reading the batch's
-# points in SQL instead cost more than their COPY (1.4 s per million points).
-_REPLACE = """
-ON CONFLICT (series_id, width_log2, bucket) DO UPDATE SET
-    count = EXCLUDED.count, nan_count = EXCLUDED.nan_count, min = EXCLUDED.min,
-    max = EXCLUDED.max, sum = EXCLUDED.sum, first_step = EXCLUDED.first_step,
-    last_step = EXCLUDED.last_step, last_value = EXCLUDED.last_value"""
-
+# Every level is aggregated from the batch in memory (the finest from the points, each
+# coarser one from the level below) and merged additively into what is stored, in one
+# statement; the ledger guarantees a message is folded in once, and the merge commutes, so
+# replicas writing the same series agree. Re-reading the batch's points in SQL instead cost
+# more than their COPY (1.4 s per million points); rebuilding each coarser level from the
+# stored finer rows cost a statement per level.
 _ROLLUP_COLUMNS = (
     "(series_id, width_log2, bucket, count, nan_count, min, max, sum, first_step, last_step,"
     " last_value)"
 )
 
-_FINE_ROLLUP_SQL = f"""
+_ROLLUP_MERGE_SQL = f"""
 INSERT INTO metric_rollups AS r {_ROLLUP_COLUMNS}
-SELECT series_id, {ROLLUP_LEVELS[0]}, bucket, n, nan_n, lo, hi, total, first_step,
-       last_step, last_value
-FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::float8[],
-            $6::float8[], $7::float8[], $8::bigint[], $9::bigint[], $10::float8[])
-     AS u(series_id, bucket, n, nan_n, lo, hi, total, first_step, last_step, last_value)
+SELECT * FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[], $5::bigint[],
+                     $6::float8[], $7::float8[], $8::float8[], $9::bigint[], $10::bigint[],
+                     $11::float8[])
 ON CONFLICT (series_id, width_log2, bucket) DO UPDATE SET
     count = r.count + EXCLUDED.count,
     nan_count = r.nan_count + EXCLUDED.nan_count,
@@ -56,19 +50,6 @@ ON CONFLICT (series_id, width_log2, bucket) DO UPDATE SET
     last_value = CASE WHEN EXCLUDED.last_step >= r.last_step THEN EXCLUDED.last_value
                       ELSE r.last_value END,
     last_step = GREATEST(r.last_step, EXCLUDED.last_step)
-"""
-
-# $4: the level to rebuild, $5: the finer level it is built from ($4 - $5 = 2).
-_COARSE_ROLLUP_SQL = f"""
-INSERT INTO metric_rollups {_ROLLUP_COLUMNS}
-SELECT r.series_id, $4::smallint, r.bucket >> ($4 - $5), sum(r.count), sum(r.nan_count),
-       min(r.min), max(r.max), sum(r.sum), min(r.first_step), max(r.last_step),
-       (array_agg(r.last_value ORDER BY r.last_step DESC))[1]
-FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS t(series_id, lo, hi)
-JOIN metric_rollups r ON r.series_id = t.series_id AND r.width_log2 = $5
- AND r.bucket BETWEEN (t.lo >> $4) << ($4 - $5) AND (((t.hi >> $4) + 1) << ($4 - $5)) - 1
-GROUP BY r.series_id, r.bucket >> ($4 - $5)
-{_REPLACE}
 """
 
 _SERIES_STATS_SQL = """
@@ -289,10 +270,7 @@ class MetricsRepository:
         fine: dict[tuple[int, int], _Bucket] = {}
         for series_id, p in stored:
             _fold(fine, series_id, p.steps, p.values, ROLLUP_LEVELS[0])
-        await conn.execute(_FINE_ROLLUP_SQL, *_bucket_columns(fine))
-        ranges = (columns[0], columns[2], columns[3])
-        for finer, level in itertools.pairwise(ROLLUP_LEVELS):
-            await conn.execute(_COARSE_ROLLUP_SQL, *ranges, level, finer)
+        await conn.execute(_ROLLUP_MERGE_SQL, *_bucket_columns(_every_level(fine)))
 
     async def list_series(self, run_ids: Sequence[str], metric: str | None) -> list[SeriesRow]:
         """The series of the runs (of one metric, or all), by run, metric and identity."""
@@ -502,11 +480,33 @@ def _merge(old: _Bucket, new: _Bucket) -> _Bucket:
     ]
 
 
-def _bucket_columns(buckets: dict[tuple[int, int], _Bucket]) -> list[list[Any]]:
-    columns: list[list[Any]] = [[] for _ in range(10)]
-    for (series_id, bucket), row in buckets.items():
+def _every_level(fine: dict[tuple[int, int], _Bucket]) -> dict[tuple[int, int, int], _Bucket]:
+    """The batch's buckets at every rollup level, each coarser level folded from the one
+    below (a few rows per series, whatever the batch's size)."""
+    levels: dict[tuple[int, int, int], _Bucket] = {
+        (series_id, ROLLUP_LEVELS[0], bucket): row for (series_id, bucket), row in fine.items()
+    }
+    below = fine
+    for finer, level in itertools.pairwise(ROLLUP_LEVELS):
+        above: dict[tuple[int, int], _Bucket] = {}
+        for (series_id, bucket), row in below.items():
+            key = (series_id, bucket >> (level - finer))
+            seen = above.get(key)
+            above[key] = row if seen is None else _merge(seen, row)
+        levels.update(
+            {(series_id, level, bucket): row for (series_id, bucket), row in above.items()}
+        )
+        below = above
+    return levels
+
+
+def _bucket_columns(buckets: dict[tuple[int, int, int], _Bucket]) -> list[list[Any]]:
+    """Rollup rows as the merge's columns, in key order (replicas lock rows alike)."""
+    columns: list[list[Any]] = [[] for _ in range(11)]
+    for (series_id, level, bucket), row in sorted(buckets.items(), key=lambda item: item[0]):
         columns[0].append(series_id)
-        columns[1].append(bucket)
-        for index, value in enumerate(row, start=2):
+        columns[1].append(level)
+        columns[2].append(bucket)
+        for index, value in enumerate(row, start=3):
             columns[index].append(value)
     return columns
