@@ -196,7 +196,8 @@ async def _raw_copy(db: str, points: int) -> float:
 def _mlflow_python() -> Path:
     python = MLFLOW_VENV / "bin" / "python"
     if not python.exists():
-        uv = shutil.which("uv") or "uv"
+        # uv from PATH, else the one `make` installs into .tools on a fresh machine
+        uv = shutil.which("uv") or str(HERE.parent / ".tools" / "bin" / "uv")
         subprocess.run([uv, "venv", "-q", str(MLFLOW_VENV), "--python", "3.11"], check=True)
         subprocess.run(
             [uv, "pip", "install", "-q", "--python", str(python), "mlflow", "psycopg2-binary"],

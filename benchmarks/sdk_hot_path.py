@@ -117,6 +117,8 @@ def start_run(url: str, spool: str) -> mldiag.Run:
         spool_dir=spool,
         handle_exit=False,
         shutdown_timeout=60,
+        # only the benchmark's own points are counted; heartbeats stay on (no points)
+        log_system_metrics=False,
     )
 
 
