@@ -18,6 +18,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue, KeyValueList
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
 
 from support import world_readable_tempdir
 
@@ -214,3 +217,53 @@ def test_down_leaves_no_process_behind() -> None:
     finally:
         stack.cli("down")
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_otlp_http_has_its_own_port_and_configs_reach_the_run(stack: Stack) -> None:
+    run_id = f"e2e-{uuid.uuid4().hex[:8]}"
+    created = httpx.post(
+        f"{stack.api}/v1/machineLearningRuns",
+        json={"runId": run_id, "displayName": "otlp"},
+        timeout=5,
+        headers=stack.auth,
+    )
+    assert created.status_code == 200, created.text
+    record = LogRecord(
+        body=AnyValue(
+            kvlist_value=KeyValueList(
+                values=[
+                    KeyValue(
+                        key="userConfigs",
+                        value=AnyValue(
+                            kvlist_value=KeyValueList(
+                                values=[KeyValue(key="lr", value=AnyValue(double_value=0.1))]
+                            )
+                        ),
+                    )
+                ]
+            )
+        ),
+        attributes=[
+            KeyValue(key="namespace", value=AnyValue(string_value="mlrun_configs")),
+            KeyValue(key="node_id", value=AnyValue(string_value=run_id)),
+        ],
+    )
+    export = ExportLogsServiceRequest(
+        resource_logs=[ResourceLogs(scope_logs=[ScopeLogs(log_records=[record])])]
+    )
+    answer = httpx.post(
+        f"http://127.0.0.1:{4318 + stack.offset}/v1/logs",
+        content=export.SerializeToString(),
+        headers={**stack.auth, "Content-Type": "application/x-protobuf"},
+        timeout=5,
+    )
+    assert answer.status_code == 200, answer.text
+
+    def user_configs() -> object:
+        run = httpx.get(f"{stack.api}/v1/machineLearningRuns/{run_id}", headers=stack.auth)
+        return run.json()["configs"]["userConfigs"]
+
+    deadline = time.monotonic() + 20
+    while user_configs() != {"lr": 0.1} and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert user_configs() == {"lr": 0.1}
