@@ -4,10 +4,12 @@ JetStream when the answer comes, with their run, steps and labels."""
 import gzip
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import grpc
 import httpx
 import pytest
+from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceRequest,
     ExportLogsServiceResponse,
@@ -41,6 +43,7 @@ pytestmark = pytest.mark.connected
 RUN = "3f6c1a52-0b7e-4d4e-9a51-6f1f0c6a2b11"
 EXPORT = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
 EXPORT_LOGS = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
+AnswerT = TypeVar("AnswerT", bound=Message)
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
 
 
@@ -55,27 +58,20 @@ class Receiver:
     def metadata(self) -> tuple[tuple[str, str], ...]:
         return (("authorization", f"Bearer {self.token}"),)
 
-    async def export(self, request: ExportMetricsServiceRequest) -> ExportMetricsServiceResponse:
+    async def _call(self, method: str, request: Message, answer: type[AnswerT]) -> AnswerT:
         call = self.grpc.unary_unary(
-            EXPORT,
-            request_serializer=ExportMetricsServiceRequest.SerializeToString,
-            response_deserializer=ExportMetricsServiceResponse.FromString,
+            method,
+            request_serializer=type(request).SerializeToString,
+            response_deserializer=answer.FromString,
         )
-        response: ExportMetricsServiceResponse = await call(
-            request, timeout=10, metadata=self.metadata()
-        )
+        response: AnswerT = await call(request, timeout=10, metadata=self.metadata())
         return response
 
+    async def export(self, request: ExportMetricsServiceRequest) -> ExportMetricsServiceResponse:
+        return await self._call(EXPORT, request, ExportMetricsServiceResponse)
+
     async def export_logs(self, request: ExportLogsServiceRequest) -> ExportLogsServiceResponse:
-        call = self.grpc.unary_unary(
-            EXPORT_LOGS,
-            request_serializer=ExportLogsServiceRequest.SerializeToString,
-            response_deserializer=ExportLogsServiceResponse.FromString,
-        )
-        response: ExportLogsServiceResponse = await call(
-            request, timeout=10, metadata=self.metadata()
-        )
-        return response
+        return await self._call(EXPORT_LOGS, request, ExportLogsServiceResponse)
 
 
 @pytest.fixture

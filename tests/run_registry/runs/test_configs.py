@@ -71,5 +71,5 @@ def test_merging_a_report_lays_its_top_level_keys_over_the_run() -> None:
     after = merged(current, report)
     assert after.user_configs == {"lr": 0.1, "opt": {"name": "sgd"}, "steps": 10}
     assert after.hardware_configs == {"device_count": 8}
-    assert changed_sections(current, report) == ["configs.user_configs"]
-    assert changed_sections(after, report) == []  # a report applied twice changes nothing
+    assert changed_sections(current, after) == ["configs.user_configs"]
+    assert changed_sections(after, merged(after, report)) == []  # applied twice: no change

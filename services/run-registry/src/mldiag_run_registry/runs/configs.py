@@ -96,13 +96,12 @@ def merged(current: Configs, reported: Configs) -> Configs:
     return current.model_copy(update=update)
 
 
-def changed_sections(current: Configs, reported: Configs) -> list[str]:
-    """The snake_case update-mask paths (``configs.user_configs``, ...) a merge changes."""
-    after = merged(current, reported)
+def changed_sections(before: Configs, after: Configs) -> list[str]:
+    """The snake_case update-mask paths (``configs.user_configs``, ...) that differ."""
     return [
         f"configs.{_ATTRIBUTE[section]}"
         for section in SECTIONS
-        if not _equal(_section(current, section), _section(after, section))
+        if not _equal(_section(before, section), _section(after, section))
     ]
 
 

@@ -510,10 +510,10 @@ class RunService:
             if run.delete_time is not None:
                 log.info("run.configs_dropped", run_id=run.run_id, reason="run deleted")
                 return
-            paths = configs.changed_sections(run.configs, report.configs)
+            merged = configs.merged(run.configs, report.configs)
+            paths = configs.changed_sections(run.configs, merged)
             if not paths:
                 return
-            merged = configs.merged(run.configs, report.configs)
             try:
                 await self._replace(project, location, run, {"configs": merged}, paths)
             except EtagMismatch:
