@@ -46,6 +46,15 @@ class AnalyzerReport(Contract):
     detection_state: DetectionState = Field(description="Found or not.")
     details: str = Field(description="What it found, in plain words.")
     hosts: list[str] = Field(default_factory=list, description="Hosts concerned.")
+    evidence: list[str] = Field(
+        default_factory=list, description="The observations the verdict rests on, in words."
+    )
+    score: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="How probable this cause is (DETECTED reports are ranked by it).",
+    )
     recommended_actions: list[RecommendedAction] = Field(
         default_factory=list, description="What to do about it."
     )
@@ -59,6 +68,15 @@ class Analysis(Contract):
     run_id: RunId = Field(description="The run it affects.")
     analyzer_insight_found: bool = Field(description="Whether any report is DETECTED.")
     reports: list[AnalyzerReport] = Field(description="The reports, most probable cause first.")
+    probable_cause: str = Field(
+        default="", description="The top-ranked DETECTED report's analyzer; empty if none."
+    )
+    time_lost_seconds: float = Field(
+        default=0.0, ge=0, description="The event's time lost (badput) as the analysis counts it."
+    )
+    capture_requested: bool = Field(
+        default=False, description="Whether a profile capture was requested for the event."
+    )
     create_time: datetime = Field(description="When the analysis finished.")
 
 

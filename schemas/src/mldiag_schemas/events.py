@@ -1,12 +1,13 @@
-"""Workload events: what the event-detector saw go wrong in a run."""
+"""Workload events: what the event-detector saw hurt a run, with its evidence."""
 
 import enum
 import uuid
 from datetime import datetime
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
+from mldiag_schemas.analyses import AnalyzerReport
 from mldiag_schemas.base import Contract
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.ids import RunId
@@ -16,9 +17,20 @@ EVENT_ID_NAMESPACE = uuid.UUID("5b7f6f3e-2a4f-4d55-9c55-1f0c1b7e0e01")
 
 
 class EventType(enum.StrEnum):
-    """Kinds of workload event (the catalogue grows with the monitoring issue)."""
+    """Kinds of workload event (see docs/monitoring.md for the rule behind each)."""
 
+    PERFORMANCE_DEGRADATION = "PERFORMANCE_DEGRADATION"
+    STRAGGLER = "STRAGGLER"
+    HANG = "HANG"
+    ORCHESTRATOR_INTERRUPTION = "ORCHESTRATOR_INTERRUPTION"
+    TERMINATION = "TERMINATION"
+    ACCELERATOR_MEMORY_PRESSURE = "ACCELERATOR_MEMORY_PRESSURE"
+    HOST_RESOURCE_EXHAUSTION = "HOST_RESOURCE_EXHAUSTION"
+    RECOMPILATION_STORM = "RECOMPILATION_STORM"
+    INPUT_STALL = "INPUT_STALL"
+    CHECKPOINT_STALL = "CHECKPOINT_STALL"
     NUMERICAL_INSTABILITY = "NUMERICAL_INSTABILITY"
+    CONFIG_DRIFT = "CONFIG_DRIFT"
 
 
 class EventState(enum.StrEnum):
@@ -36,22 +48,51 @@ class Severity(enum.StrEnum):
     CRITICAL = "CRITICAL"
 
 
-class MetricEvidence(Contract):
-    """The metric window that triggered an event."""
+class MetricWindow(Contract):
+    """A window of one signal that the rule compared with a reference."""
 
-    metric: str = Field(description="The metric the rule watched.")
-    host: str = Field(default="", description="Host the bad value came from.")
-    first_bad_step: int = Field(description="First step with a bad value.")
-    first_bad_value: float = Field(description="That value (NaN, Infinity or -Infinity).")
-    last_good_step: int | None = Field(
-        default=None, description="Last step with a finite value before it, if any."
+    metric: str = Field(description="The signal (a metric name, or `heartbeat`).")
+    host: str = Field(default="", description="Its host; empty when aggregated over hosts.")
+    start_step: int | None = Field(default=None, description="First step of the window.")
+    end_step: int | None = Field(default=None, description="Last step of the window.")
+    start_time: datetime | None = Field(default=None, description="When the window starts.")
+    end_time: datetime | None = Field(default=None, description="When it ends.")
+    observed: float | None = Field(default=None, description="The window's value (median).")
+    baseline: float | None = Field(default=None, description="The reference it was held to.")
+    count: int = Field(default=0, description="Points in the window.")
+
+
+class Evidence(Contract):
+    """What triggered an event: the windows, and the facts a rule adds."""
+
+    metric: str = Field(default="", description="The main signal the rule watched.")
+    host: str = Field(default="", description="Host the triggering value came from.")
+    first_bad_step: int | None = Field(default=None, description="First step judged bad.")
+    first_bad_value: float | None = Field(default=None, description="Its value.")
+    last_good_step: int | None = Field(default=None, description="Last step before it, if any.")
+    last_good_value: float | None = Field(default=None, description="That value.")
+    windows: list[MetricWindow] = Field(
+        default_factory=list, description="The metric windows compared."
     )
-    last_good_value: float | None = Field(default=None, description="That finite value.")
+    facts: dict[str, JsonValue] = Field(
+        default_factory=dict,
+        description="Rule-specific facts (exit code, signal, compile count, fingerprints…).",
+    )
 
 
 class WorkloadEvent(Contract):
-    """An event affecting a run (compatible with ML Diagnostics' monitored events)."""
+    """An event affecting a run (compatible with ML Diagnostics' monitored events).
 
+    The detector fills everything up to ``revision``; run-registry adds ``name`` and the
+    analyzer's verdict (``analyzerInsightFound``, ``analyzerReports``, ``timeLostSeconds``
+    when the analysis counted more) when it serves the event.
+    """
+
+    name: str = Field(
+        default="",
+        description="`projects/{p}/locations/{l}/machineLearningRuns/{r}/monitoredEvents/{id}`"
+        " (set by the API).",
+    )
     event_id: uuid.UUID = Field(description="Stable id: the same signal yields the same id.")
     run_id: RunId = Field(description="The run it affects.")
     type: EventType = Field(description="What kind of event.")
@@ -60,9 +101,85 @@ class WorkloadEvent(Contract):
     state: EventState = Field(description="Open until the signal recovers.")
     start_time: datetime = Field(description="When the signal was first seen.")
     end_time: datetime | None = Field(default=None, description="When it was resolved.")
+    update_time: datetime | None = Field(default=None, description="Last change.")
     rule: str = Field(description="The detection rule that fired.")
+    thresholds: dict[str, float] = Field(
+        default_factory=dict, description="The rule's thresholds as applied to this run."
+    )
     hosts: list[str] = Field(default_factory=list, description="Hosts affected.")
-    evidence: MetricEvidence = Field(description="What triggered it.")
+    evidence: Evidence = Field(default_factory=Evidence, description="What triggered it.")
+    time_lost_seconds: float = Field(
+        default=0.0, ge=0, description="Time the workload lost to it so far (badput)."
+    )
+    revision: int = Field(default=1, ge=1, description="Bumped on every change.")
+    analyzer_insight_found: bool = Field(
+        default=False, description="Whether an analyzer found a cause (set by the API)."
+    )
+    analyzer_reports: list[AnalyzerReport] = Field(
+        default_factory=list, description="The analyzers' reports, most probable cause first."
+    )
+
+
+class HostSnapshot(Contract):
+    """What the detector knows about one host of a run when an event opens."""
+
+    host: str = Field(description="The host.")
+    last_step: int | None = Field(default=None, description="Highest step it recorded.")
+    last_progress_time: datetime | None = Field(
+        default=None, description="When it last recorded a new step."
+    )
+    step_time: float | None = Field(default=None, description="Recent median step time (s).")
+    baseline_step_time: float | None = Field(
+        default=None, description="Median step time of its baseline."
+    )
+    duty_cycle: float | None = Field(default=None, description="Recent duty cycle (%).")
+    host_cpu_utilization: float | None = Field(default=None, description="Recent max CPU %.")
+    host_memory_utilization: float | None = Field(
+        default=None, description="Recent max host memory %."
+    )
+    accelerator_memory_utilization: float | None = Field(
+        default=None, description="Recent max accelerator memory % over its devices."
+    )
+    throttled: bool | None = Field(default=None, description="A GPU reported throttling.")
+    temperature_celsius: float | None = Field(default=None, description="Recent max temp.")
+    clock_drop_mhz: float | None = Field(
+        default=None, description="Baseline minus recent SM clock (positive: slower)."
+    )
+    data_wait_fraction: float | None = Field(
+        default=None, description="Recent median share of the step spent waiting for data."
+    )
+    last_heartbeat_time: datetime | None = Field(default=None, description="Latest heartbeat.")
+    heartbeat_interval_seconds: float | None = Field(
+        default=None, description="The interval its processes announced."
+    )
+    fingerprint: dict[str, str] = Field(
+        default_factory=dict, description="Its environment fingerprint (from heartbeats)."
+    )
+    restarts: int = Field(default=0, description="Restarts seen (step recorded again, new pid).")
+
+
+class RunContext(Contract):
+    """The cross-layer signals of a run around an event, for the analyzer."""
+
+    captured_at: datetime = Field(description="When the snapshot was taken.")
+    run_phase: str = Field(default="ACTIVE", description="The run's phase then.")
+    hosts: list[HostSnapshot] = Field(default_factory=list, description="Per host, by name.")
+    compile_steps: list[int] = Field(
+        default_factory=list, description="Steps of recent compilations (after warm-up)."
+    )
+    compile_seconds: float = Field(default=0.0, description="Seconds spent compiling so far.")
+    checkpoint_fraction: float | None = Field(
+        default=None, description="Share of the last checkpoint interval spent blocked."
+    )
+    signals: list[str] = Field(
+        default_factory=list, description="Recent lifecycle signals, oldest first, in words."
+    )
+    config_changes: list[str] = Field(
+        default_factory=list, description="Config sections changed during the run."
+    )
+    events: list[str] = Field(
+        default_factory=list, description="Other open events of the run (type: display name)."
+    )
 
 
 class WorkloadEventOpened(Envelope):
@@ -70,13 +187,49 @@ class WorkloadEventOpened(Envelope):
 
     type: Literal["events.workload.opened"] = "events.workload.opened"
     event: WorkloadEvent = Field(description="The event as opened.")
+    context: RunContext | None = Field(
+        default=None, description="The run's signals when it opened (for the analyzer)."
+    )
 
     def partition(self) -> str:
         """The run id: the last subject token."""
         return self.event.run_id
 
 
+class WorkloadEventUpdated(Envelope):
+    """An open event changed (hosts, evidence, time lost). Subject:
+    ``events.workload.updated.<run id>``; keep the highest ``event.revision``."""
+
+    type: Literal["events.workload.updated"] = "events.workload.updated"
+    event: WorkloadEvent = Field(description="The event after the change.")
+
+    def partition(self) -> str:
+        """The run id: the last subject token."""
+        return self.event.run_id
+
+
+class WorkloadEventResolved(Envelope):
+    """The signal recovered or the run ended. Subject: ``events.workload.resolved.<run id>``."""
+
+    type: Literal["events.workload.resolved"] = "events.workload.resolved"
+    event: WorkloadEvent = Field(description="The event as resolved (endTime set).")
+
+    def partition(self) -> str:
+        """The run id: the last subject token."""
+        return self.event.run_id
+
+
+WorkloadEventChange = WorkloadEventOpened | WorkloadEventUpdated | WorkloadEventResolved
+"""Any message about an event's life."""
+
+
+def change_message_id(event: WorkloadEvent) -> uuid.UUID:
+    """The message id of one revision of an event: a redelivery republishes the same id."""
+    return uuid.uuid5(event.event_id, str(event.revision))
+
+
 class ListEventsResponse(Contract):
-    """A run's events, oldest first."""
+    """Events, one page (by start time)."""
 
     events: list[WorkloadEvent] = Field(description="The events.")
+    next_page_token: str = Field(default="", description="Token of the next page; empty at end.")

@@ -8,8 +8,9 @@ from pydantic import Field, TypeAdapter
 from mldiag_schemas import bus
 from mldiag_schemas.analyses import AnalysisCompleted
 from mldiag_schemas.envelope import Envelope, upcast
-from mldiag_schemas.events import WorkloadEventOpened
-from mldiag_schemas.profiling import XProfInstanceChanged
+from mldiag_schemas.events import WorkloadEventOpened, WorkloadEventResolved, WorkloadEventUpdated
+from mldiag_schemas.monitoring import MonitoringRulesChanged
+from mldiag_schemas.profiling import ProfileCaptureRequested, XProfInstanceChanged
 from mldiag_schemas.runs import (
     RunConfigsReported,
     RunCreated,
@@ -17,19 +18,29 @@ from mldiag_schemas.runs import (
     RunPhaseChanged,
     RunUpdated,
 )
-from mldiag_schemas.telemetry import IngestMetrics, MetricPointsReceived, RunHeartbeat
+from mldiag_schemas.telemetry import (
+    IngestMetrics,
+    MetricPointsReceived,
+    RunHeartbeat,
+    WorkloadSignalReported,
+)
 
 BusMessage = Annotated[
     MetricPointsReceived
     | IngestMetrics
     | RunHeartbeat
+    | WorkloadSignalReported
     | RunConfigsReported
     | RunCreated
     | RunUpdated
     | RunPhaseChanged
     | RunDeleted
+    | MonitoringRulesChanged
     | WorkloadEventOpened
+    | WorkloadEventUpdated
+    | WorkloadEventResolved
     | AnalysisCompleted
+    | ProfileCaptureRequested
     | XProfInstanceChanged,
     Field(discriminator="type"),
 ]
@@ -39,13 +50,18 @@ MESSAGE_TYPES: tuple[type[Envelope], ...] = (
     MetricPointsReceived,
     IngestMetrics,
     RunHeartbeat,
+    WorkloadSignalReported,
     RunConfigsReported,
     RunCreated,
     RunUpdated,
     RunPhaseChanged,
     RunDeleted,
+    MonitoringRulesChanged,
     WorkloadEventOpened,
+    WorkloadEventUpdated,
+    WorkloadEventResolved,
     AnalysisCompleted,
+    ProfileCaptureRequested,
     XProfInstanceChanged,
 )
 """The message classes, in documentation order."""
@@ -54,13 +70,18 @@ SUBJECT_OF: dict[type[Envelope], str] = {
     MetricPointsReceived: bus.METRICS_RECEIVED,
     IngestMetrics: bus.METRICS_INGEST,
     RunHeartbeat: bus.HEARTBEAT_RECEIVED,
+    WorkloadSignalReported: bus.SIGNAL_RECEIVED,
     RunConfigsReported: bus.CONFIGS_RECEIVED,
     RunCreated: bus.RUN_CREATED,
     RunUpdated: bus.RUN_UPDATED,
     RunPhaseChanged: bus.RUN_PHASE_CHANGED,
     RunDeleted: bus.RUN_DELETED,
+    MonitoringRulesChanged: bus.MONITORING_RULES_CHANGED,
     WorkloadEventOpened: bus.WORKLOAD_EVENT_OPENED,
+    WorkloadEventUpdated: bus.WORKLOAD_EVENT_UPDATED,
+    WorkloadEventResolved: bus.WORKLOAD_EVENT_RESOLVED,
     AnalysisCompleted: bus.ANALYSIS_COMPLETED,
+    ProfileCaptureRequested: bus.PROFILE_CAPTURE_REQUESTED,
     XProfInstanceChanged: bus.XPROF_INSTANCE_CHANGED,
 }
 """Base subject (before namespace and run token) of each message class."""

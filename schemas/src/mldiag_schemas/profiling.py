@@ -1,6 +1,7 @@
 """XProf instances managed by the xprof-provisioner."""
 
 import enum
+import uuid
 from datetime import datetime
 from typing import Literal
 
@@ -57,3 +58,29 @@ class XProfInstanceChanged(Envelope):
     def partition(self) -> str:
         """The run id: the last subject token."""
         return self.instance.run_id
+
+
+class ProfileCaptureRequested(Envelope):
+    """Someone (the analyzer, for an event) asks for a profile of a run.
+
+    Subject: ``profiling.capture.requested.<run id>``. The xprof-provisioner captures from the
+    run's profiler targets and registers a session of ``kind`` linked to ``workload_event_id``.
+    """
+
+    type: Literal["profiling.capture.requested"] = "profiling.capture.requested"
+    run_id: RunId = Field(description="The run to profile.")
+    kind: Literal["SNAPSHOT", "ON_DEMAND"] = Field(
+        default="SNAPSHOT", description="SNAPSHOT: asked for by an event."
+    )
+    workload_event_id: uuid.UUID | None = Field(
+        default=None, description="The workload event it explains."
+    )
+    hosts: list[str] = Field(
+        default_factory=list, description="Hosts to capture on; empty: every target."
+    )
+    duration_seconds: float = Field(default=2.0, gt=0, le=300, description="Trace length.")
+    reason: str = Field(default="", max_length=1000, description="Why, in words.")
+
+    def partition(self) -> str:
+        """The run id: the last subject token."""
+        return self.run_id

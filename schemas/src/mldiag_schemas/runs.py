@@ -11,6 +11,7 @@ from pydantic import Field, JsonValue, model_validator
 from mldiag_schemas.base import Contract
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.ids import RunId
+from mldiag_schemas.monitoring import MonitoringRules
 
 
 class RunState(enum.StrEnum):
@@ -181,6 +182,10 @@ class CreateRunRequest(Contract):
     error_details: ErrorDetails | None = Field(
         default=None, description="Why it failed (with runPhase FAILED)."
     )
+    monitoring: MonitoringRules = Field(
+        default_factory=MonitoringRules,
+        description="Overrides of the detection rules for this run (docs/monitoring.md).",
+    )
     workload_id: str = Field(
         default="", max_length=500, description="Workload identity; a resume must match it."
     )
@@ -214,6 +219,9 @@ class UpdateRunRequest(Contract):
         default=None, description="New phase; COMPLETED/FAILED end the run, ACTIVE resumes it."
     )
     error_details: ErrorDetails | None = Field(default=None, description="Why it failed.")
+    monitoring: MonitoringRules | None = Field(
+        default=None, description="Overrides of the detection rules (replaces all)."
+    )
     workload_id: str | None = Field(
         default=None, max_length=500, description="Workload identity; a resume must match it."
     )
@@ -263,6 +271,9 @@ class Run(Contract):
         default=None, description="When the run was (soft) deleted; deleted runs are not served."
     )
     error_details: ErrorDetails | None = Field(default=None, description="Why it failed.")
+    monitoring: MonitoringRules = Field(
+        default_factory=MonitoringRules, description="Overrides of the detection rules."
+    )
     workload_id: str = Field(default="", description="Workload identity (resume must match).")
     logical_id: str = Field(default="", description="Client-side identity used for upserts.")
     cluster_id: str = Field(default="", description="Cluster the workload runs on.")

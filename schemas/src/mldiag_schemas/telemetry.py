@@ -8,14 +8,15 @@ label sets (host, process index, labels) per metric, and the registry keeps at m
 many series per (run, metric).
 """
 
+import enum
 import math
 import re
 import uuid
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from mldiag_schemas.base import Contract
@@ -419,6 +420,15 @@ class CompareMetricsResponse(Contract):
 
 # --- heartbeats ------------------------------------------------------------------------------
 
+Fingerprint = Annotated[
+    dict[
+        Annotated[str, StringConstraints(max_length=100)],
+        Annotated[str, StringConstraints(max_length=500)],
+    ],
+    Field(max_length=64),
+]
+"""A process's environment in short: at most 64 short entries."""
+
 MAX_HEARTBEAT_INTERVAL_SECONDS = 3600.0
 """The longest interval a process may announce between two heartbeats."""
 
@@ -442,6 +452,11 @@ class HeartbeatRequest(Contract):
     time: datetime | None = Field(
         default=None, description="When it was sent; the time of receipt when absent."
     )
+    fingerprint: Fingerprint = Field(
+        default_factory=dict,
+        description="The process's environment in short (versions, XLA flags hash, packages"
+        " hash, git commit): hosts of one run that disagree are config drift.",
+    )
 
 
 class RunHeartbeat(Envelope):
@@ -456,6 +471,9 @@ class RunHeartbeat(Envelope):
     step: int | None = Field(default=None, ge=0, description="The last step it logged.")
     interval_seconds: float = Field(gt=0, description="Seconds until the next heartbeat.")
     received_at: datetime = Field(description="When ingestion received it.")
+    fingerprint: Fingerprint = Field(
+        default_factory=dict, description="The process's environment in short."
+    )
 
     def partition(self) -> str:
         """The run id: the last subject token."""
@@ -483,3 +501,63 @@ class ListHeartbeatsResponse(Contract):
     """The latest heartbeat of every process of a run, by host then process index."""
 
     heartbeats: list[ProcessHeartbeat] = Field(default_factory=list)
+
+
+# --- lifecycle signals -----------------------------------------------------------------------
+
+
+class SignalKind(enum.StrEnum):
+    """Something that happened to a process of a run, outside its metrics."""
+
+    SIGTERM = "SIGTERM"
+    """The process was asked to stop (scheduler, preemption, a person)."""
+    PREEMPTION_NOTICE = "PREEMPTION_NOTICE"
+    """The platform announced a preemption or maintenance event ahead of time."""
+    EXCEPTION = "EXCEPTION"
+    """An exception escaped the workload's main thread."""
+    PROCESS_EXITED = "PROCESS_EXITED"
+    """A monitored process ended (its exit code or the signal that killed it)."""
+
+
+class SignalRequest(Contract):
+    """Body of ``POST .../machineLearningRuns/{run}:reportSignal``."""
+
+    kind: SignalKind = Field(description="What happened.")
+    host: str = Field(default="", max_length=253, description="The process's host.")
+    process_index: int = Field(default=0, ge=0, le=1_000_000, description="Its process index.")
+    pid: int = Field(default=0, ge=0, description="Its operating-system process id.")
+    step: int | None = Field(default=None, ge=0, description="The last step it logged.")
+    time: datetime | None = Field(
+        default=None, description="When it happened; the time of receipt when absent."
+    )
+    exit_code: int | None = Field(default=None, description="Exit status (PROCESS_EXITED).")
+    signal: str | None = Field(
+        default=None, max_length=20, description="The signal that ended it, e.g. `SIGKILL`."
+    )
+    error_type: str | None = Field(
+        default=None, max_length=200, description="Exception class (EXCEPTION)."
+    )
+    reason: str = Field(
+        default="",
+        max_length=100,
+        description="A producer's classification, e.g. `oom_killed`, `preempted`.",
+    )
+    message: str = Field(
+        default="",
+        max_length=20_000,
+        description="The exception text or the tail of the process's output.",
+    )
+
+
+class WorkloadSignalReported(Envelope):
+    """A lifecycle signal accepted by ingestion. Subject: ``telemetry.signal.received.<run>``;
+    ``occurred_at`` is when it happened."""
+
+    type: Literal["telemetry.signal.received"] = "telemetry.signal.received"
+    run_id: RunId = Field(description="The run the process belongs to.")
+    signal: SignalRequest = Field(description="The signal as reported.")
+    received_at: datetime = Field(description="When ingestion received it.")
+
+    def partition(self) -> str:
+        """The run id: the last subject token."""
+        return self.run_id
