@@ -14,8 +14,10 @@ from mldiag_schemas import bus
 from mldiag_schemas.analyses import ListAnalysesResponse
 from mldiag_schemas.auth import CreatedToken, CreateTokenRequest, ListTokensResponse
 from mldiag_schemas.errors import ErrorBody
-from mldiag_schemas.events import ListEventsResponse
+from mldiag_schemas.events import ListEventsResponse, WorkloadEvent
+from mldiag_schemas.goodput import GoodputResponse
 from mldiag_schemas.messages import MESSAGE_TYPES, SUBJECT_OF
+from mldiag_schemas.monitoring import ProjectMonitoringRules
 from mldiag_schemas.operations import ListOperationsResponse, Operation, WaitOperationRequest
 from mldiag_schemas.profiling import ListXProfInstancesResponse, StartXProfRequest, XProfInstance
 from mldiag_schemas.runs import (
@@ -61,8 +63,11 @@ RESOURCE_TYPES: tuple[type[BaseModel], ...] = (
     CompareMetricsResponse,
     HeartbeatRequest,
     ListHeartbeatsResponse,
+    WorkloadEvent,
     ListEventsResponse,
     ListAnalysesResponse,
+    GoodputResponse,
+    ProjectMonitoringRules,
     StartXProfRequest,
     XProfInstance,
     ListXProfInstancesResponse,

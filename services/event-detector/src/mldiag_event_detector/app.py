@@ -1,8 +1,12 @@
 """Assembling event-detector: the one place its parts are wired together."""
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import UTC, datetime
 
+import structlog
 from fastapi import FastAPI
 
 from mldiag_event_detector import handlers
@@ -15,6 +19,26 @@ from mldiag_platform.http import HealthCheck, create_http_app
 from mldiag_platform.outbox import Outbox, outbox_migrations, running_sweeper
 
 SERVICE = "event-detector"
+LEDGER_SWEEP_SECONDS = 600.0
+
+log = structlog.get_logger(__name__)
+
+
+async def _run_clock(
+    service: DetectorService, repository: DetectorRepository, interval: float
+) -> None:
+    """Let time pass for the rules that wait on it; prune the ledger now and then."""
+    last_sweep = 0.0
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await service.on_clock(datetime.now(UTC))
+            if loop.time() - last_sweep > LEDGER_SWEEP_SECONDS:
+                last_sweep = loop.time()
+                await repository.forget_old_messages(datetime.now(UTC))
+        except Exception as exc:  # noqa: BLE001  # the clock's error boundary: keep ticking
+            log.warning("detector.clock.failed", error=repr(exc))
 
 
 def create_app(settings: EventDetectorSettings | None = None) -> FastAPI:
@@ -34,16 +58,24 @@ def create_app(settings: EventDetectorSettings | None = None) -> FastAPI:
             )
             bus = await stack.enter_async_context(connect_bus(settings.nats, SERVICE))
             outbox = Outbox(pool, bus.publisher)
-            service = DetectorService(DetectorRepository(pool, outbox), outbox)
-            bus.consume(
-                handlers.metrics_consumer(settings.batch_size),
-                handlers.BusHandlers(service).on_metrics,
-            )
+            repository = DetectorRepository(pool, outbox)
+            service = DetectorService(repository, outbox)
+            bus_handlers = handlers.BusHandlers(service)
+            for spec in handlers.consumers(settings.batch_size):
+                bus.consume(spec, bus_handlers.on_messages)
             await bus.start()
             await outbox.flush()  # whatever a crash left staged
             await stack.enter_async_context(running_sweeper(outbox))
+            clock = asyncio.create_task(_run_clock(service, repository, settings.clock_seconds))
+            stack.push_async_callback(_cancel, clock)
             checks.update(nats=bus.healthy, database=lambda: database_ok(pool))
             stack.callback(checks.clear)
             yield
 
     return create_http_app(SERVICE, lifespan, checks)
+
+
+async def _cancel(task: "asyncio.Task[None]") -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -1,20 +1,55 @@
-"""event-detector's bus consumer: the only module that knows about the bus."""
+"""event-detector's bus consumers: the only module that knows about the bus."""
 
 from mldiag_event_detector.service import DetectorService
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_schemas import bus
-from mldiag_schemas.telemetry import MetricPointsReceived
+from mldiag_schemas.envelope import Envelope
+from mldiag_schemas.runs import RunConfigsReported
+from mldiag_schemas.telemetry import MetricPointsReceived, RunHeartbeat, WorkloadSignalReported
 
 
-def metrics_consumer(batch_size: int) -> ConsumerSpec[MetricPointsReceived]:
-    """Every metric message ingestion accepts."""
-    return ConsumerSpec(
-        stream=bus.TELEMETRY,
-        subject=bus.METRICS_RECEIVED + ".*",
-        durable=bus.DETECTOR_METRICS_DURABLE,
-        message_type=MetricPointsReceived,
-        batch_size=batch_size,
-    )
+def consumers(batch_size: int) -> list[ConsumerSpec[Envelope]]:
+    """Every input of the rules: metrics, heartbeats, signals, config reports, run facts."""
+    specs: list[ConsumerSpec[Envelope]] = [
+        ConsumerSpec(
+            stream=bus.TELEMETRY,
+            subject=bus.METRICS_RECEIVED + ".*",
+            durable=bus.DETECTOR_METRICS_DURABLE,
+            message_type=MetricPointsReceived,
+            batch_size=batch_size,
+            # Detection latency is the product: hand over what has come rather than wait.
+            max_wait_seconds=0.05,
+        ),
+        ConsumerSpec(
+            stream=bus.TELEMETRY,
+            subject=bus.HEARTBEAT_RECEIVED + ".*",
+            durable=bus.DETECTOR_HEARTBEATS_DURABLE,
+            message_type=RunHeartbeat,
+            batch_size=batch_size,
+            max_wait_seconds=0.05,
+        ),
+        ConsumerSpec(
+            stream=bus.TELEMETRY,
+            subject=bus.SIGNAL_RECEIVED + ".*",
+            durable=bus.DETECTOR_SIGNALS_DURABLE,
+            message_type=WorkloadSignalReported,
+            max_wait_seconds=0.05,
+        ),
+        ConsumerSpec(
+            stream=bus.TELEMETRY,
+            subject=bus.CONFIGS_RECEIVED + ".*",
+            durable=bus.DETECTOR_CONFIGS_DURABLE,
+            message_type=RunConfigsReported,
+        ),
+        ConsumerSpec(
+            stream=bus.RUNS,
+            subject="runs.>",
+            durable=bus.DETECTOR_RUNS_DURABLE,
+            message_type=Envelope,
+            max_wait_seconds=0.05,
+        ),
+    ]
+    return specs
 
 
 class BusHandlers:
@@ -23,6 +58,6 @@ class BusHandlers:
     def __init__(self, service: DetectorService) -> None:
         self._service = service
 
-    async def on_metrics(self, deliveries: list[Delivery[MetricPointsReceived]]) -> None:
-        """Run the rules over a batch of metric messages."""
-        await self._service.on_metrics([delivery.message for delivery in deliveries])
+    async def on_messages(self, deliveries: list[Delivery[Envelope]]) -> None:
+        """Fold a batch of messages about runs into their states."""
+        await self._service.on_messages([delivery.message for delivery in deliveries])

@@ -1,154 +1,195 @@
-"""Detection rules: pure functions from per-run state and new points to events.
+"""The detector's domain logic: fold a run's messages into its state and run the rules.
 
-The one rule for now: a NaN or ±Inf value of any metric opens a NUMERICAL_INSTABILITY event
-for the run, once per (run, metric), carrying the last finite value seen before it.
+:func:`fold` and :func:`fold_clock` are pure (state in, messages out); the service wraps them
+in the store's transaction, so a state change and the events it opens commit together and a
+redelivered message (already in the ledger) changes nothing.
 """
 
-import math
+import uuid
+from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
 import structlog
 
+from mldiag_event_detector.book import EventBook, Policy
+from mldiag_event_detector.context import snapshot
+from mldiag_event_detector.observe import observe_heartbeat, observe_metrics
+from mldiag_event_detector.rules import framework, liveness, performance, resources
+from mldiag_event_detector.state import RunState
 from mldiag_platform.outbox import Flusher
-from mldiag_schemas.events import (
-    EVENT_ID_NAMESPACE,
-    EventState,
-    EventType,
-    MetricEvidence,
-    Severity,
-    WorkloadEvent,
-    WorkloadEventOpened,
+from mldiag_schemas.envelope import Envelope
+from mldiag_schemas.events import WorkloadEventOpened, WorkloadEventResolved
+from mldiag_schemas.monitoring import MonitoringRules, MonitoringRulesChanged
+from mldiag_schemas.runs import (
+    RunConfigsReported,
+    RunCreated,
+    RunDeleted,
+    RunPhaseChanged,
+    RunUpdated,
 )
-from mldiag_schemas.ids import derived_id
-from mldiag_schemas.telemetry import MetricPoint, MetricPointsReceived
+from mldiag_schemas.telemetry import MetricPointsReceived, RunHeartbeat, WorkloadSignalReported
 
 log = structlog.get_logger(__name__)
 
-RULE_NON_FINITE = "non-finite-value"
-
-SeriesKey = tuple[str, str]
-"""(run id, metric name)."""
-
 
 @dataclass(frozen=True)
-class WatchState:
-    """What the detector remembers about one metric of one run."""
+class Folded:
+    """What applying messages (or the clock) to a run produced."""
 
-    last_good_step: int | None = None
-    last_good_value: float | None = None
-    open_event_id: str | None = None
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What applying a batch changes: new states and the events to announce."""
-
-    states: dict[SeriesKey, WatchState]
-    opened: list[WorkloadEventOpened]
+    messages: list[Envelope]
+    next_check_at: datetime | None
 
 
-def keys_of(messages: Sequence[MetricPointsReceived]) -> set[SeriesKey]:
-    """The series a batch touches."""
-    return {(message.run_id, columns.name) for message in messages for columns in message.series}
+def _book(state: RunState, project: MonitoringRules) -> EventBook:
+    return EventBook(state, Policy(project, state.rules), lambda now: snapshot(state, now))
 
 
-def apply_non_finite_rule(
-    states: dict[SeriesKey, WatchState], messages: Sequence[MetricPointsReceived]
-) -> Outcome:
-    """Fold ``messages`` into ``states``; open an event at the first non-finite value."""
-    states = dict(states)
-    opened: list[WorkloadEventOpened] = []
+def _level_rules(book: EventBook, now: datetime, touched: set[str]) -> None:
+    performance.duty_cycle_drop(book, now)
+    performance.step_time_regression(book, now)
+    performance.straggler(book, now, touched)
+    resources.memory_pressure(book, now)
+    framework.recompilation(book, now)
+    framework.input_stall(book, now)
+
+
+def _run_fact(state: RunState, message: RunCreated | RunUpdated, now: datetime) -> None:
+    run = message.run
+    parts = run.name.split("/")
+    if len(parts) >= 4:
+        state.project, state.location = parts[1], parts[3]
+    state.rules = run.monitoring
+    if isinstance(message, RunUpdated) and "configs" in message.update_mask:
+        at = f" at step {_last_step(state)}" if _last_step(state) is not None else ""
+        state.config_changes.append(f"{now.isoformat()} configs updated{at}")
+        del state.config_changes[:-20]
+
+
+def _last_step(state: RunState) -> int | None:
+    steps = [host.last_step for host in state.hosts.values() if host.last_step is not None]
+    return max(steps) if steps else None
+
+
+def fold(state: RunState, project: MonitoringRules, messages: Sequence[Envelope]) -> Folded:
+    """Apply a run's new messages, in order, then the level rules once."""
+    book = _book(state, project)
+    touched: set[str] = set()
+    latest: datetime | None = None
     for message in messages:
-        if all(all(map(math.isfinite, columns.values)) for columns in message.series):
-            # The common case: only the highest step of each metric can move "last good".
-            for columns in message.series:
-                if not columns.steps:
-                    continue
-                top = max(columns.steps)
-                at = len(columns.steps) - 1 - columns.steps[::-1].index(top)
-                key = (message.run_id, columns.name)
-                state = states.get(key, WatchState())
-                if state.last_good_step is None or top >= state.last_good_step:
-                    state = replace(state, last_good_step=top, last_good_value=columns.values[at])
-                states[key] = state
-            continue
-        # Within a message, take points in step order so "last good" means "before it".
-        for point in sorted(message.iter_points(), key=lambda point: point.step):
-            key = (message.run_id, point.name)
-            state = states.get(key, WatchState())
-            if math.isfinite(point.value):
-                if state.last_good_step is None or point.step >= state.last_good_step:
-                    state = replace(state, last_good_step=point.step, last_good_value=point.value)
-            elif state.open_event_id is None:
-                event = _open_event(message.run_id, point, state, message.occurred_at)
-                opened.append(WorkloadEventOpened(occurred_at=event.start_time, event=event))
-                state = replace(state, open_event_id=str(event.event_id))
-            states[key] = state
-    return Outcome(states=states, opened=opened)
+        now = message.occurred_at
+        match message:
+            case MetricPointsReceived():
+                touched |= observe_metrics(book, message)
+                latest = max(latest or now, now)
+            case RunHeartbeat():
+                observe_heartbeat(book, message)
+            case WorkloadSignalReported():
+                liveness.on_signal(book, message.signal, now)
+            case RunCreated() | RunUpdated():
+                _run_fact(state, message, now)
+            case RunPhaseChanged():
+                liveness.on_phase(book, message.run.run_phase.value, message.run.error_details, now)
+            case RunDeleted():
+                state.phase = "DELETED"
+                book.clear_all(now)
+            case RunConfigsReported():
+                sections = [name for name, value in message.configs if value]
+                if sections and _last_step(state) is not None:
+                    state.config_changes.append(
+                        f"{now.isoformat()} {', '.join(sections)} reported at step"
+                        f" {_last_step(state)}"
+                    )
+                    del state.config_changes[:-20]
+    if touched and latest is not None and state.active:
+        _level_rules(book, latest, touched)
+    return Folded(book.messages, liveness.next_check(book))
 
 
-def _open_event(
-    run_id: str, point: MetricPoint, state: WatchState, received_at: datetime
-) -> WorkloadEvent:
-    kind = "NaN" if math.isnan(point.value) else ("+Inf" if point.value > 0 else "-Inf")
-    where = f" on host {point.host}" if point.host else ""
-    return WorkloadEvent(
-        # Same run, metric and step → same id, so replays and redeliveries dedupe.
-        event_id=derived_id(
-            EVENT_ID_NAMESPACE, run_id, EventType.NUMERICAL_INSTABILITY, point.name, str(point.step)
-        ),
-        run_id=run_id,
-        type=EventType.NUMERICAL_INSTABILITY,
-        display_name=f"{point.name} became {kind} at step {point.step}{where}",
-        severity=Severity.CRITICAL,
-        state=EventState.OPEN,
-        start_time=min(point.time, received_at),
-        rule=RULE_NON_FINITE,
-        hosts=[point.host] if point.host else [],
-        evidence=MetricEvidence(
-            metric=point.name,
-            host=point.host,
-            first_bad_step=point.step,
-            first_bad_value=point.value,
-            last_good_step=state.last_good_step,
-            last_good_value=state.last_good_value,
-        ),
-    )
+def fold_clock(state: RunState, project: MonitoringRules, now: datetime) -> Folded:
+    """Time passed without messages: the hang rule looks again."""
+    book = _book(state, project)
+    liveness.check_hang(book, now)
+    return Folded(book.messages, liveness.next_check(book))
 
 
-Rule = Callable[[dict[SeriesKey, WatchState], Sequence[MetricPointsReceived]], Outcome]
+def ledger_id(message: Envelope) -> uuid.UUID:
+    """The idempotency key of a message.
+
+    Metric chunks are keyed by (batch, chunk) rather than the envelope id, so a producer
+    republishing the same write under a new id is still applied once: a step time seen twice
+    would otherwise read as a restart.
+    """
+    if isinstance(message, MetricPointsReceived):
+        return uuid.uuid5(message.batch_id, str(message.chunk))
+    return message.event_id
+
+
+Fold = Callable[[RunState, MonitoringRules, Sequence[Envelope]], Folded]
+ClockFold = Callable[[RunState, MonitoringRules, datetime], Folded]
 
 
 class StateStore(Protocol):
-    """Applies a rule to new messages atomically with the state it reads and writes."""
+    """Applies folds to run states atomically with the ledger and the outbox."""
 
-    async def apply(self, messages: Sequence[MetricPointsReceived], rule: Rule) -> Outcome:
-        """Apply ``rule`` to the messages not applied before; stage the events it opens."""
+    async def apply(
+        self, messages: dict[str, list[tuple[uuid.UUID, Envelope]]], fold: Fold
+    ) -> list[Envelope]:
+        """Fold each run's messages not applied before; stage what they produce."""
+        ...
+
+    async def apply_clock(self, now: datetime, fold: ClockFold, limit: int) -> list[Envelope]:
+        """Fold the clock into runs whose next check is due; stage what it produces."""
+        ...
+
+    async def save_project_rules(self, change: MonitoringRulesChanged) -> None:
+        """Keep a project's rule overrides."""
         ...
 
 
 class DetectorService:
-    """Runs the rules over metric messages and announces the events they open."""
+    """Runs the rules over a run's messages and the clock; announces what changes."""
 
-    def __init__(self, store: StateStore, outbox: Flusher) -> None:
+    def __init__(self, store: StateStore, outbox: Flusher, clock_batch: int = 100) -> None:
         self._store = store
         self._outbox = outbox
+        self._clock_batch = clock_batch
 
-    async def on_metrics(self, messages: Sequence[MetricPointsReceived]) -> list[WorkloadEvent]:
-        """Apply the rules; return the events opened (already committed and published)."""
-        outcome = await self._store.apply(messages, apply_non_finite_rule)
-        if outcome.opened:
+    async def on_messages(self, messages: Sequence[Envelope]) -> list[Envelope]:
+        """Apply messages about runs; return the event changes (committed and published)."""
+        by_run: dict[str, list[tuple[uuid.UUID, Envelope]]] = defaultdict(list)
+        for message in messages:
+            if isinstance(message, MonitoringRulesChanged):
+                await self._store.save_project_rules(message)
+                continue
+            by_run[message.partition()].append((ledger_id(message), message))
+        if not by_run:
+            return []
+        return await self._announce(await self._store.apply(by_run, fold))
+
+    async def on_clock(self, now: datetime) -> list[Envelope]:
+        """Let time pass for runs waiting on it (hangs)."""
+        return await self._announce(
+            await self._store.apply_clock(now, fold_clock, self._clock_batch)
+        )
+
+    async def _announce(self, changes: list[Envelope]) -> list[Envelope]:
+        if changes:
             await self._outbox.flush()
-        for opened in outcome.opened:
+        for change in changes:
+            event = change.event  # type: ignore[attr-defined]  # every change carries one
             log.info(
-                "event.opened",
-                run_id=opened.event.run_id,
-                event_type=opened.event.type,
-                event_id=str(opened.event.event_id),
-                metric=opened.event.evidence.metric,
-                step=opened.event.evidence.first_bad_step,
+                "event.opened"
+                if isinstance(change, WorkloadEventOpened)
+                else "event.resolved"
+                if isinstance(change, WorkloadEventResolved)
+                else "event.updated",
+                run_id=event.run_id,
+                event_type=event.type,
+                event_id=str(event.event_id),
+                revision=event.revision,
+                hosts=event.hosts,
             )
-        return [opened.event for opened in outcome.opened]
+        return changes

@@ -1,0 +1,197 @@
+"""Folding telemetry into a run's state.
+
+Only the series the rules read are looked at point by point; every other series costs one
+``max`` (step progress) and one C-level finiteness check, so the detector keeps up with
+ingestion's full rate.
+"""
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+
+from mldiag_event_detector.book import EventBook
+from mldiag_event_detector.rules import framework, liveness, numerics
+from mldiag_event_detector.state import Compile, Gauge, Heartbeat, HostState, push
+from mldiag_schemas import monitoring as names
+from mldiag_schemas.monitoring import RuleName
+from mldiag_schemas.telemetry import MetricColumns, MetricPointsReceived, RunHeartbeat
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _time(columns: MetricColumns, index: int, default: datetime) -> datetime:
+    times = columns.times_unix_us
+    return default if times is None else _EPOCH + timedelta(microseconds=times[index])
+
+
+def _per_sample(
+    columns: Iterable[MetricColumns], combine: Callable[[list[float]], float]
+) -> list[float]:
+    """One value per sample time across a host's devices (mean, max or min of them)."""
+    by_time: dict[int, list[float]] = defaultdict(list)
+    for series in columns:
+        times = series.times_unix_us or [0] * len(series.values)
+        for at, value in zip(times, series.values, strict=True):
+            if math.isfinite(value):
+                by_time[at].append(value)
+    return [combine(by_time[at]) for at in sorted(by_time)]
+
+
+def _gauge(gauge: Gauge, samples: list[float], warmup: int = 0, baseline: int = 0) -> None:
+    for value in samples:
+        if warmup <= gauge.seen < warmup + baseline:
+            gauge.baseline.append(value)
+        gauge.seen += 1
+        push(gauge.recent, value)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def observe_metrics(book: EventBook, message: MetricPointsReceived) -> set[str]:
+    """Fold one metric message into the run's state; return the hosts it touched."""
+    state = book.state
+    now = message.occurred_at
+    if state.first_seen_at is None:
+        state.first_seen_at = now
+    by_host: dict[str, list[MetricColumns]] = defaultdict(list)
+    for columns in message.series:
+        if columns.steps:
+            by_host[columns.host].append(columns)
+    for host_name, series in by_host.items():
+        host = state.host(host_name)
+        _progress(book, host_name, host, max(max(c.steps) for c in series), now)
+        _observe_host(book, host_name, host, series, now)
+    numerics.observe(book, message)
+    return set(by_host)
+
+
+def _progress(book: EventBook, name: str, host: HostState, step: int, now: datetime) -> None:
+    if host.last_step is not None and step <= host.last_step:
+        return
+    if host.last_progress_at is not None:
+        push(host.progress_gaps, max((now - host.last_progress_at).total_seconds(), 0.0))
+    host.last_step = step
+    host.last_progress_at = now
+    liveness.on_progress(book, name, step, now)
+
+
+def _observe_host(
+    book: EventBook, name: str, host: HostState, series: list[MetricColumns], now: datetime
+) -> None:
+    grouped: dict[str, list[MetricColumns]] = defaultdict(list)
+    for columns in series:
+        grouped[columns.name].append(columns)
+    _observe_pace(book, name, host, grouped, now)
+    for columns in grouped.get(names.DATA_WAIT_TIME, []):
+        for step, value in zip(columns.steps, columns.values, strict=True):
+            if math.isfinite(value) and value >= 0:
+                host.data_wait.add(step, value)
+    for columns in grouped.get(names.CHECKPOINT_TIME, []):
+        for index, (step, value) in enumerate(zip(columns.steps, columns.values, strict=True)):
+            if math.isfinite(value) and value >= 0:
+                framework.on_checkpoint(book, name, step, value, _time(columns, index, now))
+    _observe_compiles(book, grouped.get(names.COMPILE_TIME, []), now)
+    _observe_gauges(book, host, grouped)
+
+
+def _observe_pace(
+    book: EventBook,
+    name: str,
+    host: HostState,
+    grouped: dict[str, list[MetricColumns]],
+    now: datetime,
+) -> None:
+    """Step time per step (or 1/throughput when a host logs only throughput)."""
+    pace = grouped.get(names.STEP_TIME)
+    if pace is None and names.THROUGHPUT in grouped and host.pace.seen == 0:
+        host.pace_is_throughput = True
+    if host.pace_is_throughput:
+        pace = grouped.get(names.THROUGHPUT)
+    if pace is None:
+        return
+    rule = book.policy.thresholds(RuleName.STEP_TIME_REGRESSION)
+    warmup, baseline = int(rule["warmupSteps"]), int(rule["baselineSteps"])
+    for columns in pace:
+        for step, raw in sorted(zip(columns.steps, columns.values, strict=True)):
+            if not math.isfinite(raw) or raw <= 0:
+                continue
+            if host.paced_step is not None and step <= host.paced_step:
+                liveness.on_restart(book, name, host, host.paced_step, step, now)
+            host.paced_step = step
+            value = 1.0 / raw if host.pace_is_throughput else raw
+            if warmup <= host.pace.seen < warmup + baseline:
+                host.pace.baseline.append(value)
+            host.pace.add(step, value)
+
+
+def _observe_compiles(book: EventBook, series: list[MetricColumns], now: datetime) -> None:
+    state = book.state
+    warmup = book.policy.thresholds(RuleName.RECOMPILATION)["warmupSteps"]
+    for columns in series:
+        for index, (step, value) in enumerate(zip(columns.steps, columns.values, strict=True)):
+            if not math.isfinite(value) or value < 0:
+                continue
+            state.compile_seconds += value
+            if step > warmup:
+                state.compiles.append(
+                    Compile(at=_time(columns, index, now), step=step, seconds=value)
+                )
+                del state.compiles[:-50]
+
+
+def _observe_gauges(
+    book: EventBook, host: HostState, grouped: dict[str, list[MetricColumns]]
+) -> None:
+    """Per-device gauges folded into one sample per host and time (mean, max or min)."""
+    duty = book.policy.thresholds(RuleName.DUTY_CYCLE_DROP)
+    duty_series = [c for metric in names.DUTY_CYCLE_METRICS for c in grouped.get(metric, [])]
+    if duty_series:
+        _gauge(
+            host.duty,
+            _per_sample(duty_series, _mean),
+            int(duty["warmupSamples"]),
+            int(duty["baselineSamples"]),
+        )
+    memory = [c for metric in names.ACCELERATOR_MEMORY_METRICS for c in grouped.get(metric, [])]
+    if memory:
+        _gauge(host.accelerator_memory, _per_sample(memory, max))
+    for metric, gauge in (
+        (names.HOST_MEMORY, host.host_memory),
+        (names.HOST_CPU, host.host_cpu),
+        (names.TEMPERATURE, host.temperature),
+    ):
+        if metric in grouped:
+            _gauge(gauge, _per_sample(grouped[metric], max))
+    if names.SM_CLOCK in grouped:
+        # The slowest device's clock, against the host's own first samples.
+        _gauge(host.sm_clock, _per_sample(grouped[names.SM_CLOCK], min), 2, 6)
+    if names.THROTTLED in grouped:
+        host.throttled = any(v > 0 for c in grouped[names.THROTTLED] for v in c.values[-5:])
+
+
+def observe_heartbeat(book: EventBook, beat: RunHeartbeat) -> None:
+    """A process is alive: remember it, its pid (a new one is a restart) and fingerprint."""
+    state = book.state
+    if state.first_seen_at is None:
+        state.first_seen_at = beat.received_at
+    host = state.host(beat.host)
+    key = str(beat.process_index)
+    previous = host.heartbeats.get(key)
+    if previous is not None and beat.received_at < previous.received_at:
+        return  # an older heartbeat delivered late says nothing new
+    if previous is not None and previous.pid and beat.pid and beat.pid != previous.pid:
+        liveness.on_new_process(book, beat.host, host, previous.pid, beat.pid, beat.received_at)
+    host.heartbeats[key] = Heartbeat(
+        pid=beat.pid,
+        received_at=beat.received_at,
+        interval_seconds=beat.interval_seconds,
+        step=beat.step,
+    )
+    if beat.step is not None:
+        _progress(book, beat.host, host, beat.step, beat.received_at)
+    if beat.fingerprint and beat.fingerprint != host.fingerprint:
+        host.fingerprint = dict(beat.fingerprint)
+        framework.config_drift(book, beat.received_at)

@@ -1,0 +1,355 @@
+"""Liveness: hangs, orchestrator interruptions (signals, restarts) and terminations."""
+
+import re
+from datetime import datetime, timedelta
+
+from pydantic import JsonValue
+
+from mldiag_event_detector.book import EventBook, Finding
+from mldiag_event_detector.state import HostState, RunState, median
+from mldiag_schemas.events import EventType, Evidence, MetricWindow, Severity
+from mldiag_schemas.monitoring import RuleName
+from mldiag_schemas.runs import ErrorDetails
+from mldiag_schemas.telemetry import SignalKind, SignalRequest
+
+HANG = "hang"
+INTERRUPTION = "interruption"
+TERMINATION = "termination"
+
+HEARTBEAT_GRACE = 2.0
+"""A process is alive while its last heartbeat is younger than this many intervals."""
+
+
+def typical_step_seconds(state: RunState) -> float | None:
+    """The run's typical step: median logged step time, else median gap between new steps."""
+    paces = [
+        median(host.pace.values)
+        for host in state.hosts.values()
+        if host.pace.values and not host.pace_is_throughput
+    ]
+    if paces:
+        return median(paces)
+    gaps = [gap for host in state.hosts.values() for gap in host.progress_gaps]
+    return median(gaps) if gaps else None
+
+
+def hang_timeout(book: EventBook) -> float:
+    """max(stepFactor x typical step, floor) in seconds."""
+    rule = book.policy.thresholds(RuleName.HANG)
+    typical = typical_step_seconds(book.state) or 0.0
+    return max(rule["stepFactor"] * typical, rule["floorSeconds"])
+
+
+def last_progress(state: RunState) -> datetime | None:
+    """When any host last recorded a new step."""
+    return max(
+        (host.last_progress_at for host in state.hosts.values() if host.last_progress_at),
+        default=None,
+    )
+
+
+def next_check(book: EventBook) -> datetime | None:
+    """When the hang rule has to look again (None: nothing to wait for)."""
+    state = book.state
+    progress = last_progress(state)
+    if not state.active or progress is None or not book.policy.enabled(RuleName.HANG):
+        return None
+    if book.is_open(HANG):
+        return None  # progress (a message) resolves it; the clock has nothing to add
+    return progress + timedelta(seconds=hang_timeout(book))
+
+
+def _alive(host: HostState, now: datetime) -> bool | None:
+    if not host.heartbeats:
+        return None
+    return any(
+        (now - beat.received_at).total_seconds() <= HEARTBEAT_GRACE * beat.interval_seconds
+        for beat in host.heartbeats.values()
+    )
+
+
+def check_hang(book: EventBook, now: datetime) -> None:
+    """No new step on any host for the timeout while the run is active: a hang."""
+    state = book.state
+    progress = last_progress(state)
+    if not state.active or progress is None or book.is_open(HANG):
+        return
+    if not book.policy.enabled(RuleName.HANG):
+        return
+    timeout = hang_timeout(book)
+    stalled = (now - progress).total_seconds()
+    if stalled < timeout:
+        return
+    alive = {name: _alive(host, now) for name, host in state.hosts.items()}
+    alive_hosts = sorted(name for name, up in alive.items() if up)
+    silent_hosts = sorted(name for name, up in alive.items() if up is False)
+    stopped = sorted(
+        state.hosts,
+        key=lambda name: (state.hosts[name].last_progress_at or progress, name),
+    )
+    if alive_hosts:
+        liveness = f"{len(alive_hosts)} host(s) still heart-beating"
+    elif silent_hosts:
+        liveness = "no process heart-beating any more"
+    else:
+        liveness = "no heartbeats from this run"
+    book.hold(
+        Finding(
+            rule=RuleName.HANG,
+            key=HANG,
+            type=EventType.HANG,
+            severity=Severity.CRITICAL,
+            display_name=f"No step progress for {stalled:.0f} s (timeout {timeout:.0f} s);"
+            f" {liveness}",
+            start_time=progress,
+            hosts=sorted(state.hosts),
+            evidence=Evidence(
+                metric="step",
+                windows=[
+                    MetricWindow(
+                        metric="step",
+                        host=name,
+                        end_step=state.hosts[name].last_step,
+                        end_time=state.hosts[name].last_progress_at,
+                    )
+                    for name in stopped
+                ],
+                facts={
+                    "timeoutSeconds": timeout,
+                    "stalledSeconds": stalled,
+                    "typicalStepSeconds": typical_step_seconds(state),
+                    "aliveHosts": alive_hosts,
+                    "silentHosts": silent_hosts,
+                    "stoppedFirst": stopped[0] if stopped else "",
+                },
+            ),
+            time_lost_seconds=stalled,
+        ),
+        now,
+    )
+
+
+def on_progress(book: EventBook, host: str, step: int, now: datetime) -> None:
+    """A host recorded a new step: a hang is over; an interruption is over once the run is
+    back past the step it had reached."""
+    hang = book.state.open_events.get(HANG)
+    if hang is not None:
+        book.clear(
+            HANG,
+            now,
+            time_lost_seconds=(now - hang.start_time).total_seconds(),
+            facts={"resumedAtStep": step, "resumedOnHost": host},
+        )
+    interruption = book.state.open_events.get(INTERRUPTION)
+    reached = book.state.max_step_before_restart
+    if interruption is not None and reached is not None and step > reached:
+        book.state.max_step_before_restart = None
+        book.clear(
+            INTERRUPTION,
+            now,
+            time_lost_seconds=(now - interruption.start_time).total_seconds(),
+            facts={"recoveredAtStep": step},
+        )
+
+
+def _interruption(
+    book: EventBook, host: str, cause: str, facts: dict[str, str | int | None], at: datetime
+) -> None:
+    state = book.state
+    if not book.policy.enabled(RuleName.INTERRUPTION):
+        return
+    current = state.open_events.get(INTERRUPTION)
+    hosts = sorted({*(current.hosts if current else []), *([host] if host else [])})
+    previous = current.evidence.facts if current else {}
+    earlier = previous.get("causes")
+    causes: list[JsonValue] = [*(earlier if isinstance(earlier, list) else []), cause]
+    book.hold(
+        Finding(
+            rule=RuleName.INTERRUPTION,
+            key=INTERRUPTION,
+            type=EventType.ORCHESTRATOR_INTERRUPTION,
+            severity=Severity.WARNING,
+            display_name=current.display_name if current else f"Interrupted: {cause}",
+            start_time=current.start_time if current else (last_progress(state) or at),
+            hosts=hosts,
+            evidence=Evidence(facts={**previous, **facts, "causes": causes}),
+        ),
+        at,
+        news=True,
+    )
+
+
+def on_restart(
+    book: EventBook, name: str, host: HostState, reached: int, step: int, now: datetime
+) -> None:
+    """A host recorded a step it had recorded before: it restarted from a checkpoint."""
+    host.restarts += 1
+    state = book.state
+    state.max_step_before_restart = max(state.max_step_before_restart or 0, reached)
+    state.note(f"{now.isoformat()} restart on {name or 'host'}: step {step} again after {reached}")
+    _interruption(
+        book,
+        name,
+        f"restart from step {step} (had reached {reached})",
+        {"restartedAtStep": step, "reachedStep": reached, "lostSteps": reached - step + 1},
+        now,
+    )
+
+
+def on_new_process(
+    book: EventBook, name: str, host: HostState, old_pid: int, new_pid: int, now: datetime
+) -> None:
+    """A process index came back with a new pid: the process was restarted."""
+    host.restarts += 1
+    book.state.note(f"{now.isoformat()} new process on {name or 'host'}: pid {old_pid} → {new_pid}")
+    if host.last_step is not None:
+        state = book.state
+        state.max_step_before_restart = max(state.max_step_before_restart or 0, host.last_step)
+    _interruption(book, name, f"process restarted (pid {old_pid} → {new_pid})", {}, now)
+
+
+# --- signals and terminations ----------------------------------------------------------------
+
+_ACCELERATOR_OOM = re.compile(
+    r"RESOURCE_EXHAUSTED|out of memory while trying to allocate|CUDA out of memory|"
+    r"HBM|CUDA_ERROR_OUT_OF_MEMORY|Ran out of memory in memory space",
+    re.IGNORECASE,
+)
+_HOST_OOM = re.compile(r"MemoryError|Cannot allocate memory|oom.?kill|Killed\b", re.IGNORECASE)
+_HARDWARE = re.compile(
+    r"DATA_LOSS|\bXid\b|\bECC\b|uncorrectable|hardware error|device lost|"
+    r"CUDA_ERROR_ECC|NVLink|chip failure|TPU .*(halted|failure)",
+    re.IGNORECASE,
+)
+
+_EXCEPTION_PREFIX = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))\b")
+"""``ValueError: ...`` — how the SDKs describe an exception in a FAILED run's message."""
+
+
+def classify(
+    *,
+    exit_code: int | None = None,
+    signal: str | None = None,
+    error_type: str | None = None,
+    reason: str = "",
+    message: str = "",
+) -> str:
+    """Why a process ended, from what it left: oom_accelerator, oom_host, hardware_error,
+    user_exception, killed, exit_code."""
+    text = f"{error_type or ''} {message}"
+    if _ACCELERATOR_OOM.search(text):
+        return "oom_accelerator"
+    if (
+        reason == "oom_killed"
+        or _HOST_OOM.search(text)
+        or (signal == "SIGKILL" and exit_code == 137)
+    ):
+        return "oom_host"
+    if _HARDWARE.search(text):
+        return "hardware_error"
+    if error_type:
+        return "user_exception"
+    if signal:
+        return "killed"
+    return "exit_code"
+
+
+def _termination(
+    book: EventBook, host: str, facts: dict[str, str | int | None], at: datetime
+) -> None:
+    if not book.policy.enabled(RuleName.TERMINATION):
+        return
+    state = book.state
+    key = f"{TERMINATION}:{state.incarnation}"
+    existing = state.occurrences.get(key, 0)
+    words = {
+        "oom_accelerator": "accelerator out of memory",
+        "oom_host": "host out of memory",
+        "hardware_error": "hardware error",
+        "user_exception": "an exception",
+        "killed": "a signal",
+        "exit_code": "a non-zero exit",
+    }
+    what = words.get(str(facts.get("classification")), "an error")
+    detail = facts.get("errorType") or facts.get("signal") or facts.get("exitCode")
+    where = f" on host {host}" if host else ""
+    finding = Finding(
+        rule=RuleName.TERMINATION,
+        key=key,
+        type=EventType.TERMINATION,
+        severity=Severity.CRITICAL,
+        display_name=f"Run terminated by {what}{where}" + (f" ({detail})" if detail else ""),
+        start_time=at,
+        hosts=[host] if host else [],
+        evidence=Evidence(facts={k: v for k, v in facts.items() if v not in (None, "")}),
+    )
+    if existing:
+        return  # one termination per incarnation: the first report is the most specific
+    book.instant(finding, at)
+
+
+def on_signal(book: EventBook, signal: SignalRequest, at: datetime) -> None:
+    """A lifecycle signal from a process of the run."""
+    state = book.state
+    where = signal.host or "host"
+    if signal.kind is SignalKind.SIGTERM:
+        state.note(f"{at.isoformat()} SIGTERM on {where}")
+        _interruption(book, signal.host, "SIGTERM", {"signal": "SIGTERM"}, at)
+    elif signal.kind is SignalKind.PREEMPTION_NOTICE:
+        state.note(f"{at.isoformat()} preemption notice on {where}: {signal.reason}")
+        _interruption(book, signal.host, "preemption notice", {"preemption": signal.reason}, at)
+    elif signal.kind is SignalKind.EXCEPTION or (
+        signal.kind is SignalKind.PROCESS_EXITED and (signal.exit_code or signal.signal)
+    ):
+        state.note(f"{at.isoformat()} {signal.kind.value.lower()} on {where}")
+        facts: dict[str, str | int | None] = {
+            "classification": classify(
+                exit_code=signal.exit_code,
+                signal=signal.signal,
+                error_type=signal.error_type,
+                reason=signal.reason,
+                message=signal.message,
+            ),
+            "source": signal.kind.value,
+            "exitCode": signal.exit_code,
+            "signal": signal.signal,
+            "errorType": signal.error_type,
+            "reason": signal.reason,
+            "message": signal.message[-4000:],
+            "step": signal.step,
+        }
+        _termination(book, signal.host, facts, at)
+
+
+def on_phase(book: EventBook, phase: str, error: ErrorDetails | None, at: datetime) -> None:
+    """The run's phase changed: an ended run resolves its events; FAILED is a termination."""
+    state = book.state
+    was_active = state.active
+    state.phase = phase
+    if phase == "ACTIVE":
+        if not was_active:
+            state.incarnation += 1
+            state.note(f"{at.isoformat()} run active again")
+        return
+    if phase == "FAILED":
+        message = error.message if error else ""
+        code = error.code if error else None
+        signal = next((s for s in ("SIGTERM", "SIGKILL", "SIGINT") if s in message), None)
+        exception = _EXCEPTION_PREFIX.match(message)
+        if code is None and exception and not signal:
+            code = exception.group(1)
+        _termination(
+            book,
+            "",
+            {
+                "classification": classify(
+                    signal=signal, error_type=None if signal else code, message=message
+                ),
+                "source": "runPhase",
+                "errorType": code,
+                "signal": signal,
+                "message": message[-4000:],
+            },
+            at,
+        )
+    book.clear_all(at)

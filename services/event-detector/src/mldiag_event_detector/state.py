@@ -1,0 +1,177 @@
+"""What the detector remembers about one run between messages, and robust statistics.
+
+The whole state of a run is one small document (bounded windows, not histories): it is read
+and written with the run's row lock held, in the transaction that applies its messages, so a
+restart or another replica continues exactly where the last commit left off.
+"""
+
+import statistics
+from collections.abc import Sequence
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mldiag_schemas.events import WorkloadEvent
+from mldiag_schemas.monitoring import MonitoringRules
+
+WINDOW = 64
+"""Recent values kept per signal and host: enough for every default window."""
+
+MAD_TO_SIGMA = 1.4826
+"""MAD x this estimates the standard deviation of normally distributed data."""
+
+
+def median(values: Sequence[float]) -> float:
+    """The median (``values`` must not be empty)."""
+    return statistics.median(values)
+
+
+def mad(values: Sequence[float]) -> float:
+    """Median absolute deviation from the median."""
+    centre = statistics.median(values)
+    return statistics.median(abs(value - centre) for value in values)
+
+
+def push(window: list[float], value: float, limit: int = WINDOW) -> None:
+    """Append, keeping the last ``limit`` values."""
+    window.append(value)
+    if len(window) > limit:
+        del window[: len(window) - limit]
+
+
+class State(BaseModel):
+    """Base of the state documents: mutable, strict about unknown fields."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+class Gauge(State):
+    """Samples of a gauge (duty cycle, memory %) on one host, with its baseline."""
+
+    recent: list[float] = Field(default_factory=list)
+    seen: int = 0
+    baseline: list[float] = Field(default_factory=list)
+
+
+class StepSeries(State):
+    """Per-step values (step time, data wait) on one host."""
+
+    steps: list[int] = Field(default_factory=list)
+    values: list[float] = Field(default_factory=list)
+    seen: int = 0
+    baseline: list[float] = Field(default_factory=list)
+
+    def add(self, step: int, value: float) -> None:
+        """Record one step's value."""
+        self.steps.append(step)
+        self.values.append(value)
+        self.seen += 1
+        if len(self.steps) > WINDOW:
+            del self.steps[:-WINDOW]
+            del self.values[:-WINDOW]
+
+    def at(self, step: int) -> float | None:
+        """The value recorded at ``step``, if still in the window."""
+        for index in range(len(self.steps) - 1, -1, -1):
+            if self.steps[index] == step:
+                return self.values[index]
+        return None
+
+
+class Heartbeat(State):
+    """The latest heartbeat of one process."""
+
+    pid: int = 0
+    received_at: datetime
+    interval_seconds: float
+    step: int | None = None
+
+
+class HostState(State):
+    """One host of a run."""
+
+    last_step: int | None = None
+    last_progress_at: datetime | None = None
+    progress_gaps: list[float] = Field(default_factory=list)
+    """Seconds between successive new steps (the typical step when no step time is logged)."""
+    paced_step: int | None = None
+    """Highest step with a step time (or throughput): a lower one again is a restart."""
+    pace: StepSeries = Field(default_factory=StepSeries)
+    """Step time, or 1/throughput when only throughput is logged."""
+    pace_is_throughput: bool = False
+    data_wait: StepSeries = Field(default_factory=StepSeries)
+    duty: Gauge = Field(default_factory=Gauge)
+    accelerator_memory: Gauge = Field(default_factory=Gauge)
+    host_memory: Gauge = Field(default_factory=Gauge)
+    host_cpu: Gauge = Field(default_factory=Gauge)
+    temperature: Gauge = Field(default_factory=Gauge)
+    sm_clock: Gauge = Field(default_factory=Gauge)
+    throttled: bool = False
+    straggler_streak: int = 0
+    straggler_checked_at: int = 0
+    heartbeats: dict[str, Heartbeat] = Field(default_factory=dict)
+    """By process index."""
+    fingerprint: dict[str, str] = Field(default_factory=dict)
+    restarts: int = 0
+
+
+class SeriesWatch(State):
+    """A numeric series watched for non-finite values and spikes (per metric and host)."""
+
+    last_good_step: int | None = None
+    last_good_value: float | None = None
+    recent: list[float] = Field(default_factory=list)
+    finite_since_bad: int = 0
+
+
+class Compile(State):
+    """One compilation after warm-up."""
+
+    at: datetime
+    step: int
+    seconds: float
+
+
+class RunState(State):
+    """Everything the rules need about one run."""
+
+    run_id: str
+    project: str = ""
+    location: str = ""
+    phase: str = "ACTIVE"
+    first_seen_at: datetime | None = None
+    rules: MonitoringRules = Field(default_factory=MonitoringRules)
+    """The run's own overrides (from its run messages)."""
+    hosts: dict[str, HostState] = Field(default_factory=dict)
+    series: dict[str, SeriesWatch] = Field(default_factory=dict)
+    """Key ``metric|host``."""
+    compiles: list[Compile] = Field(default_factory=list)
+    compile_seconds: float = 0.0
+    last_checkpoint_at: datetime | None = None
+    checkpoint_fraction: float | None = None
+    signals: list[str] = Field(default_factory=list)
+    config_changes: list[str] = Field(default_factory=list)
+    open_events: dict[str, WorkloadEvent] = Field(default_factory=dict)
+    """By rule key (``hang``, ``straggler:host-3``, ``loss-spike:loss|h0`` …)."""
+    occurrences: dict[str, int] = Field(default_factory=dict)
+    """How many events each rule key has opened (part of the next one's id)."""
+    incarnation: int = 0
+    """Bumped when an ended run becomes active again."""
+    max_step_before_restart: int | None = None
+
+    def host(self, name: str) -> HostState:
+        """The host's state, created on first sight."""
+        state = self.hosts.get(name)
+        if state is None:
+            state = self.hosts[name] = HostState()
+        return state
+
+    def note(self, line: str) -> None:
+        """Remember a lifecycle signal in words (the last 20)."""
+        self.signals.append(line)
+        del self.signals[:-20]
+
+    @property
+    def active(self) -> bool:
+        """Whether the run has not ended."""
+        return self.phase == "ACTIVE"

@@ -1,0 +1,167 @@
+"""Liveness: hangs on the clock, interruptions, restarts and terminations."""
+
+from datetime import timedelta
+
+from event_detector.feed import Feed
+from mldiag_event_detector.rules.liveness import classify
+from mldiag_schemas.events import EventState, EventType
+from mldiag_schemas.monitoring import MonitoringRules, RuleName, RuleOverride
+from mldiag_schemas.runs import ErrorDetails, Run, RunPhase, RunPhaseChanged, RunState
+from mldiag_schemas.telemetry import SignalKind, SignalRequest
+
+FAST_HANG = MonitoringRules(
+    rules={RuleName.HANG: RuleOverride(thresholds={"floorSeconds": 5, "stepFactor": 10})}
+)
+
+
+def _steps(feed: Feed, first: int, last: int, seconds: float = 0.2, **extra: float) -> None:
+    for step in range(first, last + 1):
+        feed.advance(seconds)
+        feed.step(step, h0={"step_time": seconds, **extra}, h1={"step_time": seconds, **extra})
+
+
+def test_no_progress_past_the_timeout_is_a_hang_and_a_new_step_resolves_it() -> None:
+    feed = Feed(project_rules=FAST_HANG)
+    _steps(feed, 1, 10)
+    assert feed.next_check_at == feed.now + timedelta(seconds=5)
+    feed.advance(4)
+    feed.send(feed.heartbeat("h0"), feed.heartbeat("h1"))
+    assert feed.clock() == []
+    feed.advance(2)
+    [opened] = feed.clock()
+    hang = opened.event  # type: ignore[attr-defined]
+    assert hang.type is EventType.HANG
+    assert hang.evidence.facts["aliveHosts"] == ["h0", "h1"]
+    assert feed.clock() == []  # once
+    feed.advance(1)
+    _steps(feed, 11, 11)
+    resolved = feed.latest(hang)
+    assert resolved.state is EventState.RESOLVED
+    assert resolved.time_lost_seconds > 6
+
+
+def test_the_hang_timeout_follows_the_typical_step() -> None:
+    feed = Feed(project_rules=FAST_HANG)
+    _steps(feed, 1, 10, seconds=2.0)  # 10 x 2 s = 20 s > the 5 s floor
+    feed.advance(15)
+    assert feed.clock() == []
+    feed.advance(6)
+    assert [c.event.type for c in feed.clock()] == [EventType.HANG]  # type: ignore[attr-defined]
+
+
+def test_a_hang_names_the_silent_hosts() -> None:
+    feed = Feed(project_rules=FAST_HANG)
+    feed.send(feed.heartbeat("h0"), feed.heartbeat("h1"))
+    _steps(feed, 1, 5)
+    feed.advance(25)
+    feed.send(feed.heartbeat("h0"))
+    feed.advance(1)
+    [opened] = feed.clock()
+    facts = opened.event.evidence.facts  # type: ignore[attr-defined]
+    assert (facts["aliveHosts"], facts["silentHosts"]) == (["h0"], ["h1"])
+
+
+def test_a_step_recorded_again_is_a_restart_resolved_once_past_the_old_step() -> None:
+    feed = Feed()
+    _steps(feed, 1, 20)
+    feed.advance(30)
+    _steps(feed, 15, 20)  # back from the checkpoint at 14
+    [event] = feed.opened()
+    assert event.type is EventType.ORCHESTRATOR_INTERRUPTION
+    assert event.evidence.facts["lostSteps"] == 6
+    assert not feed.is_resolved(event)
+    _steps(feed, 21, 21)
+    resolved = feed.latest(event)
+    assert resolved.state is EventState.RESOLVED
+    assert resolved.time_lost_seconds >= 30
+
+
+def test_sigterm_then_a_new_pid_is_one_interruption() -> None:
+    feed = Feed()
+    feed.send(feed.heartbeat("h0", pid=10))
+    _steps(feed, 1, 5)
+    feed.send(feed.signal(SignalRequest(kind=SignalKind.SIGTERM, host="h0")))
+    feed.advance(20)
+    feed.send(feed.heartbeat("h0", pid=11))
+    [event] = feed.opened()
+    assert event.type is EventType.ORCHESTRATOR_INTERRUPTION
+    causes = feed.latest(event).evidence.facts["causes"]
+    assert causes == ["SIGTERM", "process restarted (pid 10 → 11)"]
+
+
+def test_an_exception_is_one_termination_with_its_classification() -> None:
+    feed = Feed()
+    _steps(feed, 1, 3)
+    feed.send(
+        feed.signal(
+            SignalRequest(
+                kind=SignalKind.EXCEPTION,
+                host="h0",
+                error_type="ValueError",
+                message="bad shape",
+            )
+        )
+    )
+    run = Run(
+        name="projects/p/locations/l/machineLearningRuns/run-1",
+        run_id="run-1",
+        display_name="r",
+        run_set="",
+        labels={},
+        run_phase=RunPhase.FAILED,
+        state=RunState.FAILED,
+        create_time=feed.now,
+        update_time=feed.now,
+        error_details=ErrorDetails(message="ValueError: bad shape"),
+    )
+    feed.send(RunPhaseChanged(run=run, previous_phase=RunPhase.ACTIVE, occurred_at=feed.now))
+    [event] = feed.opened()
+    assert event.type is EventType.TERMINATION
+    assert event.evidence.facts["classification"] == "user_exception"
+    assert feed.is_resolved(event)
+
+
+def test_a_failed_phase_alone_is_a_termination_and_ends_open_events() -> None:
+    feed = Feed(project_rules=FAST_HANG)
+    _steps(feed, 1, 3)
+    feed.advance(10)
+    feed.clock()
+    [hang] = feed.opened()
+    run = Run(
+        name="projects/p/locations/l/machineLearningRuns/run-1",
+        run_id="run-1",
+        display_name="r",
+        run_set="",
+        labels={},
+        run_phase=RunPhase.FAILED,
+        state=RunState.FAILED,
+        create_time=feed.now,
+        update_time=feed.now,
+        error_details=ErrorDetails(message="terminated by signal SIGTERM"),
+    )
+    feed.send(RunPhaseChanged(run=run, previous_phase=RunPhase.ACTIVE, occurred_at=feed.now))
+    assert feed.is_resolved(hang)
+    [termination] = feed.opened(EventType.TERMINATION)
+    assert termination.evidence.facts["classification"] == "killed"
+    assert feed.next_check_at is None
+
+
+def test_classification_of_how_processes_end() -> None:
+    assert (
+        classify(error_type="XlaRuntimeError", message="RESOURCE_EXHAUSTED: Out of memory")
+        == "oom_accelerator"
+    )
+    assert classify(signal="SIGKILL", exit_code=137) == "oom_host"
+    assert classify(reason="oom_killed") == "oom_host"
+    assert (
+        classify(error_type="RuntimeError", message="DATA_LOSS: ICI link down") == "hardware_error"
+    )
+    assert classify(error_type="KeyError") == "user_exception"
+    assert classify(signal="SIGTERM") == "killed"
+    assert classify(exit_code=3) == "exit_code"
+
+
+def test_a_clean_exit_is_not_a_termination() -> None:
+    feed = Feed()
+    feed.send(feed.signal(SignalRequest(kind=SignalKind.PROCESS_EXITED, exit_code=0)))
+    assert feed.opened() == []
