@@ -59,8 +59,8 @@ class EventContribution(Contract):
     bucket: BadputKind = Field(description="DISRUPTIONS or EVENTS.")
     seconds: float = Field(ge=0, description="Seconds counted (after capping).")
     time_lost_seconds: float = Field(
-        ge=0, description="The event's own time lost (the larger of the detector's and the"
-        " analysis's)."
+        ge=0,
+        description="The event's own time lost (the larger of the detector's and the analysis's).",
     )
 
 
