@@ -59,6 +59,19 @@ async def test_a_heartbeat_is_in_the_stream_when_answered_and_a_retry_is_not_dou
     assert beat.occurred_at == sent and beat.interval_seconds == 10
 
 
+async def test_a_heartbeat_carries_its_fingerprint_onto_the_bus(
+    api: httpx.AsyncClient, nats_settings: NatsSettings
+) -> None:
+    fingerprint = {f"key_{index}": "v" * 500 for index in range(64)}  # the contract's most
+    response = await api.post(BEAT, json={"intervalSeconds": 5, "fingerprint": fingerprint})
+    assert response.status_code == 204, response.text
+    [beat] = await _beats(nats_settings)
+    assert beat.fingerprint == fingerprint
+    too_many = {**fingerprint, "one_more": "v"}
+    refused = await api.post(BEAT, json={"intervalSeconds": 5, "fingerprint": too_many})
+    assert refused.json()["error"]["code"] == "invalid_heartbeat"
+
+
 async def test_a_heartbeat_without_time_or_step_is_stamped_on_receipt(
     api: httpx.AsyncClient, nats_settings: NatsSettings
 ) -> None:

@@ -2,6 +2,7 @@
 
 import math
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,6 +19,9 @@ from mldiag_schemas.telemetry import (
     MAX_POINTS_PER_MESSAGE,
     MetricPointsReceived,
     MetricSeries,
+    SignalKind,
+    SignalRequest,
+    WorkloadSignalReported,
     WriteMetricsRequest,
 )
 
@@ -28,7 +32,7 @@ class _Recorder:
     def __init__(self) -> None:
         self.published: list[Envelope] = []
 
-    async def publish_many(self, messages: list[Envelope]) -> None:
+    async def publish_many(self, messages: Sequence[Envelope]) -> None:
         self.published.extend(messages)
 
 
@@ -164,3 +168,35 @@ async def test_too_many_label_sets_for_one_metric_is_refused() -> None:
         "run-1", again, NOW
     )
     assert len(recorder.published) == 1
+
+
+async def test_a_signal_id_derives_from_the_process_kind_and_time() -> None:
+    recorder = _Recorder()
+    service = IngestionService(recorder, 100)
+    sent = SignalRequest(kind=SignalKind.SIGTERM, host="h", pid=7, time=NOW - timedelta(seconds=1))
+    first = await service.report_signal("run-1", sent, NOW)
+    retried = await service.report_signal("run-1", sent, NOW + timedelta(seconds=5))
+    assert first.event_id == retried.event_id  # JetStream drops the retry
+    assert first.occurred_at == NOW - timedelta(seconds=1)
+    assert retried.received_at == NOW + timedelta(seconds=5)
+    other_ids = {
+        (await service.report_signal("run-1", changed, NOW)).event_id
+        for changed in (
+            sent.model_copy(update={"kind": SignalKind.PREEMPTION_NOTICE}),
+            sent.model_copy(update={"pid": 8}),
+            sent.model_copy(update={"process_index": 1}),
+            sent.model_copy(update={"time": NOW}),
+        )
+    }
+    assert len(other_ids) == 4 and first.event_id not in other_ids
+    assert (await service.report_signal("run-2", sent, NOW)).event_id != first.event_id
+    assert all(isinstance(message, WorkloadSignalReported) for message in recorder.published)
+
+
+async def test_a_signal_without_time_happened_on_receipt_and_a_naive_one_is_utc() -> None:
+    service = IngestionService(_Recorder(), 100)
+    untimed = await service.report_signal("run-1", SignalRequest(kind=SignalKind.EXCEPTION), NOW)
+    assert untimed.occurred_at == NOW and untimed.signal.time is None
+    naive = SignalRequest(kind=SignalKind.EXCEPTION, time=NOW.replace(tzinfo=None))
+    reported = await service.report_signal("run-1", naive, NOW)
+    assert reported.occurred_at == NOW == reported.signal.time

@@ -23,6 +23,9 @@ class Received:
     runs: dict[str, dict[str, Any]] = field(default_factory=dict)
     creates: list[dict[str, Any]] = field(default_factory=list)
     patches: list[tuple[str, dict[str, str], dict[str, Any]]] = field(default_factory=list)
+    signals: list[dict[str, Any]] = field(default_factory=list)  # accepted ones, in order
+    signal_attempts: int = 0
+    heartbeats: list[dict[str, Any]] = field(default_factory=list)
 
     def points(self, metric: str | None = None) -> list[tuple[str, int, float]]:
         """(name, step, value) of every stored point, in arrival order."""
@@ -45,6 +48,8 @@ class FakePlatform:
         self.write_status = 202  # what metrics:write answers
         self.fail_first_writes = 0  # answer 503 to this many writes (after storing nothing)
         self.supports_patch = True
+        self.signal_status = 204  # what :reportSignal answers
+        self.fail_first_signals = 0  # answer 503 to this many signals
         self.lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -57,7 +62,7 @@ class FakePlatform:
                 pass
 
             def _reply(self, status: int, body: dict[str, Any] | None = None) -> None:
-                data = json.dumps(body or {}).encode()
+                data = b"" if status == 204 else json.dumps(body or {}).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -70,7 +75,7 @@ class FakePlatform:
                     raw = gzip.decompress(raw)
                 return json.loads(raw) if raw else {}
 
-            def do_POST(self) -> None:
+            def do_POST(self) -> None:  # noqa: PLR0911  # one return per route
                 path = urlsplit(self.path).path
                 body = self._body()
                 with platform.lock:
@@ -97,6 +102,20 @@ class FakePlatform:
                         if body["batchId"] not in seen:
                             platform.received.batches.append(body)
                         self._reply(202, {"batchId": body["batchId"]})
+                        return
+                    if path.endswith(":reportSignal"):
+                        platform.received.signal_attempts += 1
+                        if platform.fail_first_signals > 0:
+                            platform.fail_first_signals -= 1
+                            self._reply(503, {"error": "busy"})
+                            return
+                        if platform.signal_status < 300:
+                            platform.received.signals.append(body)
+                        self._reply(platform.signal_status)
+                        return
+                    if path.endswith(":heartbeat"):
+                        platform.received.heartbeats.append(body)
+                        self._reply(204)
                         return
                 self._reply(404)
 

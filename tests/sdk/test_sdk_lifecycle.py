@@ -1,4 +1,5 @@
-"""How a run ends when its process does: normal exit, uncaught exception, SIGTERM."""
+"""How a run ends when its process does: normal exit, uncaught exception, SIGTERM (and the
+lifecycle signal each of the last two reports)."""
 
 import os
 import signal
@@ -57,10 +58,22 @@ def phases(platform: FakePlatform) -> list[tuple[str, str]]:
     ]
 
 
+def codes(platform: FakePlatform) -> list[str | None]:
+    return [body["errorDetails"].get("code") for _, _, body in platform.received.patches]
+
+
+def signals(platform: FakePlatform) -> list[tuple[str, str | None, str | None]]:
+    return [
+        (signal["kind"], signal.get("signal"), signal.get("errorType"))
+        for signal in platform.received.signals
+    ]
+
+
 def test_a_normal_exit_completes_the_run(platform: FakePlatform, tmp_path: Path) -> None:
     result = run_child(platform, tmp_path, INIT)
     assert result.returncode == 0, result.stderr
     assert phases(platform) == [("COMPLETED", "")]
+    assert signals(platform) == []
     assert platform.received.points() == [("loss", 0, 1.0)]
 
 
@@ -69,7 +82,22 @@ def test_an_uncaught_exception_fails_the_run(platform: FakePlatform, tmp_path: P
     assert result.returncode == 1
     assert "RuntimeError: diverged" in result.stderr  # the previous excepthook still ran
     assert phases(platform) == [("FAILED", "RuntimeError: diverged")]
+    assert codes(platform) == ["RuntimeError"]
     assert platform.received.points() == [("loss", 0, 1.0)]
+    assert signals(platform) == [("EXCEPTION", None, "RuntimeError")]
+    [signal] = platform.received.signals
+    assert (signal["message"], signal["step"], signal["processIndex"]) == ("diverged", 0, 0)
+    assert signal["pid"] not in (0, os.getpid())  # the child's
+
+
+def test_an_exception_of_a_library_is_named_with_its_module(
+    platform: FakePlatform, tmp_path: Path
+) -> None:
+    body = INIT + "import json\njson.loads('{not json')\n"
+    result = run_child(platform, tmp_path, body)
+    assert result.returncode == 1
+    assert signals(platform) == [("EXCEPTION", None, "json.decoder.JSONDecodeError")]
+    assert codes(platform) == ["json.decoder.JSONDecodeError"]
 
 
 def test_sigterm_fails_the_run_and_calls_the_previous_handler(
@@ -89,6 +117,8 @@ def test_sigterm_fails_the_run_and_calls_the_previous_handler(
     assert result.returncode == 3, result.stderr
     assert marker.read_text() == "yes"
     assert phases(platform) == [("FAILED", "terminated by signal SIGTERM")]
+    assert codes(platform) == ["SIGTERM"]
+    assert signals(platform) == [("SIGTERM", "SIGTERM", None)]  # sys.exit(3): no EXCEPTION
     assert platform.received.points() == [("loss", 0, 1.0)]
 
 
@@ -99,6 +129,9 @@ def test_sigterm_with_the_default_handler_still_kills_the_process(
     result = run_child(platform, tmp_path, body, terminate=True)
     assert result.returncode == -signal.SIGTERM
     assert phases(platform) == [("FAILED", "terminated by signal SIGTERM")]
+    assert codes(platform) == ["SIGTERM"]
+    assert signals(platform) == [("SIGTERM", "SIGTERM", None)]
+    assert platform.received.signals[0]["step"] == 0
     assert platform.received.points() == [("loss", 0, 1.0)]
 
 
@@ -110,6 +143,16 @@ def test_exit_with_the_platform_down_is_bounded_and_keeps_the_spool(tmp_path: Pa
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - began < 8
     assert list((tmp_path / "spool").glob("*/*/*.seg"))
+
+
+def test_a_crash_with_the_platform_down_is_bounded_too(tmp_path: Path) -> None:
+    down = FakePlatform()  # the EXCEPTION signal (2 s at most) and the finish (1 s)
+    body = INIT.replace("flush_interval=0.05,", "flush_interval=0.05, shutdown_timeout=1.0,")
+    began = time.monotonic()
+    result = run_child(down, tmp_path, body + "raise RuntimeError('diverged')\n")
+    assert result.returncode == 1
+    assert "RuntimeError: diverged" in result.stderr
+    assert time.monotonic() - began < 10
 
 
 def test_a_forked_child_neither_records_nor_ends_the_run(

@@ -261,7 +261,7 @@ def test_an_exception_in_the_block_fails_the_run(platform: FakePlatform, tmp_pat
         raise ValueError("boom")
     [(_, _, body)] = platform.received.patches
     assert body["runPhase"] == "FAILED"
-    assert body["errorDetails"] == {"message": "ValueError: boom"}
+    assert body["errorDetails"] == {"message": "ValueError: boom", "code": "ValueError"}
     assert platform.received.points() == [("loss", 0, 1.0)]
 
 

@@ -52,3 +52,32 @@ def official_names(step: int) -> None:
     )
     assert mldiag.current_run() is run  # noqa: S101  # an example
     run.finish()
+
+
+def framework_marks(batches: list[list[float]]) -> None:
+    """Input waits, blocking checkpoint saves and JAX compilations as metrics."""
+    run = mldiag.init(name="marked")
+    run.watch_jax()  # only needed when JAX is imported after init
+    iterator = iter(batches)
+    for step in range(len(batches)):
+        with run.data_wait():  # data_wait_time, recorded at the step logged next
+            batch = next(iterator)
+        run.log({"loss": sum(batch)}, step=step)
+        if step % 100 == 0:
+            with run.checkpoint():  # checkpoint_time at this step
+                pass
+    with mldiag.data_wait(), mldiag.checkpoint():  # the current run's, from library code
+        pass
+    run.finish()
+
+
+def lifecycle_signals(returncode: int) -> None:
+    """Signals for the event detector, from a launcher or an orchestrator's hook."""
+    run = mldiag.init(name="launched")
+    notified: bool = mldiag.preemption_notice("maintenance")
+    accepted: bool = run.report_signal(
+        mldiag.SignalKind.PROCESS_EXITED, exit_code=returncode, reason="", timeout=2.0
+    )
+    run.report_signal("PROCESS_EXITED", signal="SIGKILL", reason="oom_killed")
+    print(notified, accepted)  # noqa: T201  # an example
+    run.finish("FAILED", error="exit 137", error_code="SIGKILL")

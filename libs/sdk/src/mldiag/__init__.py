@@ -9,20 +9,28 @@ Record a run::
             run.log({"loss": loss, "learning_rate": lr})
 
 or, with the official SDK's names, ``mldiag.machinelearning_run(...)`` and
-``mldiag.metrics.record("loss", loss, step=step)``. Importing this package does no I/O.
+``mldiag.metrics.record("loss", loss, step=step)``. ``mldiag.data_wait()``,
+``mldiag.checkpoint()`` and ``mldiag.preemption_notice()`` mark the current run from code
+that does not hold it. Importing this package does no I/O.
 """
 
 from mldiag import metrics
 from mldiag.control import RunControl, RunPhase, RunSpec
+from mldiag.instrument import checkpoint, data_wait, preemption_notice
 from mldiag.run import Run, current_run, init, machinelearning_run
+from mldiag.signals import SignalKind
 
 __all__ = [
     "Run",
     "RunControl",
     "RunPhase",
     "RunSpec",
+    "SignalKind",
+    "checkpoint",
     "current_run",
+    "data_wait",
     "init",
     "machinelearning_run",
     "metrics",
+    "preemption_notice",
 ]

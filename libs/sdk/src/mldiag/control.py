@@ -3,7 +3,8 @@
 :class:`RunControl` is the seam: the sender thread calls it and knows no URL. The HTTP
 implementation holds every detail of the registry's run API (create with a chosen id, 409
 means attach; the phase update as ``PATCH …?updateMask=runPhase,errorDetails`` with the
-etag from a ``GET``), so a change of that contract is a change here only.
+etag from a ``GET``, ``errorDetails`` carrying a message and, when known, a code), so a
+change of that contract is a change here only.
 """
 
 from __future__ import annotations
@@ -57,9 +58,16 @@ class RunControl(Protocol):
         """Create the run, or attach to it when it already exists."""
 
     def set_phase(
-        self, run_id: str, phase: RunPhase, error: str | None, timeout: float
+        self,
+        run_id: str,
+        phase: RunPhase,
+        error: str | None,
+        timeout: float,
+        *,
+        code: str | None = None,
     ) -> ControlStatus:
-        """Move the run to ``phase``, with ``error`` as its error details when failing."""
+        """Move the run to ``phase``, with ``error`` (and ``code``, an exception type or a
+        signal name) as its error details when failing."""
 
 
 class HttpRunControl:
@@ -102,7 +110,13 @@ class HttpRunControl:
         return ControlStatus.GIVE_UP
 
     def set_phase(
-        self, run_id: str, phase: RunPhase, error: str | None, timeout: float
+        self,
+        run_id: str,
+        phase: RunPhase,
+        error: str | None,
+        timeout: float,
+        *,
+        code: str | None = None,
     ) -> ControlStatus:
         """``GET`` the etag, then ``PATCH`` ``runPhase`` and ``errorDetails``."""
         url = f"{self._runs}/{run_id}"
@@ -112,10 +126,10 @@ class HttpRunControl:
                 return self._unsupported(run_id, current.status_code)
             if current.status_code >= 300:
                 return _retry_or_give_up(current.status_code)
-            body: dict[str, Any] = {
-                "runPhase": phase.value,
-                "errorDetails": {"message": error or ""},
-            }
+            details: dict[str, Any] = {"message": error or ""}
+            if code:
+                details["code"] = code
+            body: dict[str, Any] = {"runPhase": phase.value, "errorDetails": details}
             if etag := current.json().get("etag"):
                 body["etag"] = etag
             response = self._http.patch(

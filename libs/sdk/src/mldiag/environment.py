@@ -95,6 +95,35 @@ def software_configs(
     return configs
 
 
+def fingerprint(
+    env: Mapping[str, str] | None = None,
+    packages: Iterable[tuple[str, str]] | None = None,
+    cwd: Path | None = None,
+) -> dict[str, str]:
+    """This process's environment in a few strings, for heartbeats: processes of one run
+    whose fingerprints differ run different code or libraries (config drift).
+
+    Only what is the same for every process of one environment, whatever its host, rank or
+    moment: Python and library versions (installed packages, not imports), a digest of
+    ``XLA_FLAGS`` and ``LIBTPU_INIT_ARGS`` (their sorted flags; left out when unset), the
+    packages digest of ``softwareConfigs`` and the git commit of the code.
+    """
+    env = os.environ if env is None else env
+    installed = dict(_installed_packages() if packages is None else packages)
+    found = {"python_version": platform.python_version()}
+    for distribution, key in _VERSIONED_PACKAGES:
+        if distribution in installed and key not in found:
+            found[key] = installed[distribution]
+    for name in ("XLA_FLAGS", "LIBTPU_INIT_ARGS"):
+        if flags := env.get(name, "").split():
+            digest = hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()
+            found[f"{name.lower()}_sha256"] = digest[:16]
+    found["packages_sha256"] = packages_digest(installed)["sha256"]
+    if git := git_state(cwd or _code_directory()):
+        found["git_commit"] = git["commit"]
+    return found
+
+
 def relevant_environment(env: Mapping[str, str]) -> dict[str, str]:
     """The variables that change how accelerators and frameworks behave, never secrets."""
     return {

@@ -93,9 +93,11 @@ def process_index(explicit: int | None = None, env: Mapping[str, str] | None = N
     return 0
 
 
-def host_name() -> str:
-    """This machine's host name (at most 253 characters, the contract's limit)."""
-    return socket.gethostname()[:253]
+def host_name(env: Mapping[str, str] | None = None) -> str:
+    """``MLDIAG_HOST`` (a launcher's name for this host, e.g. a pod's), else this machine's
+    host name; at most 253 characters, the contract's limit."""
+    env = os.environ if env is None else env
+    return (env.get("MLDIAG_HOST") or socket.gethostname())[:253]
 
 
 def _k8s_namespace() -> str:

@@ -10,7 +10,8 @@ oldest when full.
 
 Only process 0 creates the run and changes its phase; every process records, each series
 tagged with its host. At exit the run is marked COMPLETED, or FAILED on an uncaught exception
-or a SIGTERM (any handler installed before keeps being called).
+or a SIGTERM (any handler installed before keeps being called); both are also reported to
+ingestion as lifecycle signals (:meth:`Run.report_signal`) for the event detector.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
 from types import FrameType, TracebackType
 from typing import Any, Literal, Self
 
@@ -35,7 +37,15 @@ from mldiag.encoding import Encoder
 from mldiag.environment import user_configs, with_environment
 from mldiag.heartbeat import Heartbeat
 from mldiag.identity import host_name, process_index, resolve_run_id
+from mldiag.jax_compile import CompileWatcher
 from mldiag.pipeline import Pipeline
+from mldiag.signals import (
+    DEFAULT_SIGNAL_TIMEOUT,
+    MAX_EXCEPTION_CHARS,
+    Signal,
+    SignalKind,
+    SignalSender,
+)
 from mldiag.spool import BatchQueue, MemoryQueue, Spool, SpoolError, orphan_spools, writer_name
 from mldiag.system import Sample, SystemSampler
 from mldiag.transport import MetricsWriter, client
@@ -46,6 +56,13 @@ Status = Literal["COMPLETED", "FAILED"] | RunPhase
 """How a run ended: ``"COMPLETED"`` or ``"FAILED"`` (or the :class:`RunPhase`)."""
 
 _SignalHandler = Callable[[int, FrameType | None], Any] | int | None
+
+DATA_WAIT_TIME = "data_wait_time"
+"""Seconds of a step spent waiting for input (:meth:`Run.data_wait`)."""
+CHECKPOINT_TIME = "checkpoint_time"
+"""Seconds a checkpoint save blocked training (:meth:`Run.checkpoint`)."""
+COMPILE_TIME = "compile_time"
+"""Seconds one XLA compilation took, one point per compilation (:meth:`Run.watch_jax`)."""
 
 _current: Run | None = None
 _current_lock = threading.Lock()
@@ -79,7 +96,12 @@ class Run:
         self._next_step = 0
         self._finished = False
         self._finish_lock = threading.RLock()  # re-entrant: SIGTERM may land inside finish
+        self._disabled = False  # a forked child: it reports nothing either
         self._exit_error: str | None = None
+        self._exit_code: str | None = None
+        """The exception type or signal name that will end the run (its ``errorDetails.code``)."""
+        self._pending_wait = 0.0
+        """Seconds of :meth:`data_wait` not yet recorded (recorded at the next step)."""
         self._run_ready = self._control is None
         self._described: RunSpec | None = None
         """The spec with the environment's configs, once the sender thread collected them."""
@@ -112,6 +134,9 @@ class Run:
                 last_step=self._last_step,
             )
             self._heartbeat.start()
+        self._signals = SignalSender(settings.ingestion_url, spec.run_id, settings.token)
+        self._compiles = CompileWatcher(self._record_compile)
+        self._compiles.start()  # only when the program has imported JAX already
         self._previous_excepthook: Callable[..., Any] | None = None
         self._previous_sigterm: _SignalHandler = None
         if handle_exit:
@@ -177,6 +202,8 @@ class Run:
             logger.warning("mldiag.log.bad_metrics type=%s (call dropped)", type(metrics))
             return
         self._next_step = step + 1
+        if self._pending_wait:
+            self._record_wait(step)
         self._pipeline.put(step, values, labels)
 
     def record(
@@ -195,9 +222,122 @@ class Run:
             return
         if step is None:
             step = max(self._next_step - 1, 0)
-        else:
-            self._next_step = max(self._next_step, int(step) + 1)
+        elif int(step) >= self._next_step:  # a new step
+            self._next_step = int(step) + 1
+            if self._pending_wait:
+                self._record_wait(int(step))
         self._pipeline.put(int(step), {metric_name: value}, labels)
+
+    # -- framework marks -----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def data_wait(self) -> Iterator[None]:
+        """Time spent waiting for input, e.g. ``with run.data_wait(): batch = next(it)``.
+
+        Waits add up until the next step is logged (``log``, or ``record`` with a new step)
+        and are recorded as ``data_wait_time`` at that step: the wait before step k feeds
+        step k. A wait left when the run finishes is recorded at the last step logged.
+        Costs two clock reads; time the thread that trains, not the loader's threads.
+        """
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._pending_wait += time.perf_counter() - began
+
+    @contextlib.contextmanager
+    def checkpoint(self) -> Iterator[None]:
+        """Time a checkpoint save blocked training, e.g. ``with run.checkpoint(): save()``.
+
+        Recorded as ``checkpoint_time`` (seconds) at the current step (the last one logged)
+        when the block ends, even if it raises. For an asynchronous save, wrap only the part
+        that blocks.
+        """
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.record(CHECKPOINT_TIME, time.perf_counter() - began)
+
+    def watch_jax(self) -> bool:
+        """Record ``compile_time`` for every JAX compilation from now on; True when watching.
+
+        ``init`` does this by itself when the program has imported JAX before it; call it
+        when JAX is imported later (it imports ``jax.monitoring``, which does not start JAX's
+        backends). The listener runs in the compiling thread and only records a point.
+        """
+        return self._compiles.start(import_jax=True)
+
+    def _record_compile(self, seconds: float) -> None:
+        self.record(COMPILE_TIME, seconds)
+
+    def _record_wait(self, step: int) -> None:
+        waited, self._pending_wait = self._pending_wait, 0.0
+        self._pipeline.put(step, {DATA_WAIT_TIME: waited}, None)
+
+    # -- signals -----------------------------------------------------------------------
+
+    def report_signal(
+        self,
+        kind: SignalKind | str,
+        *,
+        exit_code: int | None = None,
+        signal: str | None = None,
+        error_type: str | None = None,
+        reason: str = "",
+        message: str = "",
+        time: datetime | None = None,
+        timeout: float | None = None,
+    ) -> bool:
+        """Tell the platform something happened to this process; True once accepted.
+
+        Sent at once from the calling thread, within ``timeout`` seconds (default 2,
+        retries included), with this process's host, process index, pid and last step: it
+        is meant for exit paths, where nothing can wait for a thread. Works after
+        :meth:`finish` too. Never raises for telemetry reasons (a bad ``kind`` or an
+        unreachable platform log a warning and return False). ``time`` (when it happened)
+        defaults to now; a naive one is local time.
+        """
+        if self._disabled:
+            return False
+        try:
+            kind = SignalKind(kind)
+        except ValueError:
+            logger.warning("mldiag.signal.bad_kind kind=%r (not sent)", kind)
+            return False
+        when = datetime.now(UTC) if time is None else time.astimezone(UTC)  # naive: local
+        report = Signal(
+            kind=kind,
+            host=self.host,
+            process_index=self.process_index,
+            pid=os.getpid(),
+            step=self._last_step(),
+            time=when,
+            exit_code=exit_code,
+            signal=signal,
+            error_type=error_type,
+            reason=reason,
+            message=message,
+        )
+        return self._signals.send(report, DEFAULT_SIGNAL_TIMEOUT if timeout is None else timeout)
+
+    def preemption_notice(self, reason: str = "", message: str = "") -> bool:
+        """Report that the platform announced a preemption or maintenance of this host.
+
+        For a workload's or an orchestrator's hook (a GCE maintenance-event watcher, a
+        Kubernetes preStop hook, a Slurm ``--signal`` handler): the event detector counts it
+        as a planned interruption. Sent like :meth:`report_signal`; True once accepted.
+        """
+        return self.report_signal(SignalKind.PREEMPTION_NOTICE, reason=reason, message=message)
+
+    def _report_exception(self, exc: BaseException) -> None:
+        if isinstance(exc, SystemExit) and exc.code in (None, 0):
+            return  # a clean sys.exit() is no crash
+        self.report_signal(
+            SignalKind.EXCEPTION,
+            error_type=_error_type(exc),
+            message=_text(exc)[:MAX_EXCEPTION_CHARS],
+        )
 
     def _last_step(self) -> int | None:
         """The last step logged (None before the first), for heartbeats."""
@@ -224,12 +364,16 @@ class Run:
         status: Status = "COMPLETED",
         error: str | None = None,
         timeout: float | None = None,
+        *,
+        error_code: str | None = None,
     ) -> bool:
         """Flush, set the run's phase (process 0), and stop; bounded by ``timeout`` seconds.
 
-        ``timeout`` defaults to ``shutdown_timeout``. What could not be sent in time stays
-        in the spool and is replayed by the next process that uses it. Returns whether
-        every point was sent. Calling it again does nothing.
+        ``timeout`` defaults to ``shutdown_timeout``. ``error`` and ``error_code`` (an
+        exception type, a signal name) become the run's ``errorDetails`` message and code.
+        What could not be sent in time stays in the spool and is replayed by the next
+        process that uses it. Returns whether every point was sent. Calling it again does
+        nothing.
         """
         with self._finish_lock:
             if self._finished:
@@ -240,6 +384,9 @@ class Run:
             if _current is self:
                 _current = None
         self._remove_exit_hooks()
+        self._compiles.stop()
+        if self._pending_wait:
+            self._record_wait(max(self._next_step - 1, 0))
         if self._sampler is not None:
             self._sampler.stop()
         if self._heartbeat is not None:
@@ -251,7 +398,7 @@ class Run:
         sent = self._pipeline.close(max(limit - reserve, 0.0))
         if self._control is not None:
             phase = RunPhase(status)
-            self._set_phase(phase, error, deadline)
+            self._set_phase(phase, error, error_code, deadline)
         if sent:
             self._http.close()
         return sent
@@ -270,7 +417,9 @@ class Run:
             self._control.set_phase(self.run_id, RunPhase.ACTIVE, None, timeout)
         return status is not ControlStatus.RETRY
 
-    def _set_phase(self, phase: RunPhase, error: str | None, deadline: float) -> None:
+    def _set_phase(
+        self, phase: RunPhase, error: str | None, code: str | None, deadline: float
+    ) -> None:
         assert self._control is not None  # noqa: S101  # callers check
         if not self._run_ready:
             remaining = deadline - time.monotonic()
@@ -279,7 +428,7 @@ class Run:
             self._ensure_run(min(remaining, self.settings.request_timeout))
         while (remaining := deadline - time.monotonic()) > 0:
             status = self._control.set_phase(
-                self.run_id, phase, error, min(remaining, self.settings.request_timeout)
+                self.run_id, phase, error, min(remaining, self.settings.request_timeout), code=code
             )
             if status is not ControlStatus.RETRY:
                 return
@@ -296,11 +445,13 @@ class Run:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        """COMPLETED on a normal exit, FAILED with the error when an exception escapes."""
+        """COMPLETED on a normal exit; when an exception escapes, an ``EXCEPTION`` signal,
+        then FAILED with the error (its type as the error code)."""
         if exc is None:
             self.finish("COMPLETED")
         else:
-            self.finish("FAILED", error=_describe(exc))
+            self._report_exception(exc)
+            self.finish("FAILED", error=_describe(exc), error_code=_error_type(exc))
 
     # -- exit handling -----------------------------------------------------------------
 
@@ -332,24 +483,32 @@ class Run:
         traceback: TracebackType | None,
     ) -> None:
         self._exit_error = _describe(exc)
+        self._exit_code = _error_type(exc)
         previous = self._previous_excepthook or sys.__excepthook__
-        previous(exc_type, exc, traceback)
+        try:
+            previous(exc_type, exc, traceback)  # the traceback first: people look there
+        finally:
+            self._report_exception(exc)
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        self._exit_error = f"terminated by signal {signal.Signals(signum).name}"
+        name = signal.Signals(signum).name
+        self._exit_error = f"terminated by signal {name}"
+        self._exit_code = name
+        # Reported before anything else: the handler below may end the process.
+        self.report_signal(SignalKind.SIGTERM, signal=name)
         previous = self._previous_sigterm
         if callable(previous):
             # The program's own handler decides what happens next; the exit hook finishes
             # the run as FAILED with this reason whenever the process does exit.
             previous(signum, frame)
             return
-        self.finish("FAILED", error=self._exit_error)
+        self.finish("FAILED", error=self._exit_error, error_code=self._exit_code)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
 
     def _at_exit(self) -> None:
         if self._exit_error is not None:
-            self.finish("FAILED", error=self._exit_error)
+            self.finish("FAILED", error=self._exit_error, error_code=self._exit_code)
         else:
             self.finish("COMPLETED")
 
@@ -544,8 +703,25 @@ def _disable_in_child(reference: weakref.ref[Run]) -> None:
     run = reference()
     if run is not None:
         run._finished = True  # the module's own class
+        run._disabled = True
         atexit.unregister(run._at_exit)
 
 
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:4000]
+    return f"{type(exc).__name__}: {_text(exc)}"[:4000]
+
+
+def _text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001  # a broken __str__ must not break the exit path
+        return f"<{type(exc).__name__} without a printable message>"
+
+
+def _error_type(exc: BaseException) -> str:
+    """The exception's class, module-qualified unless built in (``jaxlib…XlaRuntimeError``
+    tells more than its bare name)."""
+    cls = type(exc)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"

@@ -56,6 +56,15 @@ def observe_metrics(book: EventBook, message: MetricPointsReceived) -> set[str]:
     now = message.occurred_at
     if state.first_seen_at is None:
         state.first_seen_at = now
+    if state.first_point_at is None:
+        state.first_point_at = min(
+            (
+                _EPOCH + timedelta(microseconds=min(c.times_unix_us)) if c.times_unix_us else now
+                for c in message.series
+                if c.steps
+            ),
+            default=now,
+        )
     by_host: dict[str, list[MetricColumns]] = defaultdict(list)
     for columns in message.series:
         if columns.steps:

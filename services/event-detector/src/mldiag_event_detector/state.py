@@ -140,6 +140,9 @@ class RunState(State):
     location: str = ""
     phase: str = "ACTIVE"
     first_seen_at: datetime | None = None
+    """Server time of the run's first message."""
+    first_point_at: datetime | None = None
+    """The earliest point time of the run's first metric message (the workload's clock)."""
     rules: MonitoringRules = Field(default_factory=MonitoringRules)
     """The run's own overrides (from its run messages)."""
     hosts: dict[str, HostState] = Field(default_factory=dict)

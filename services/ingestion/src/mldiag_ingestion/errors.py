@@ -61,3 +61,9 @@ class InvalidHeartbeat(InvalidArgument):
     """The heartbeat does not parse or violates the contract."""
 
     code = "invalid_heartbeat"
+
+
+class InvalidSignal(InvalidArgument):
+    """The lifecycle signal does not parse or violates the contract."""
+
+    code = "invalid_signal"

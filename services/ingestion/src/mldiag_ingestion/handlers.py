@@ -12,6 +12,7 @@ from mldiag_ingestion.errors import (
     InvalidHeartbeat,
     InvalidLabels,
     InvalidMetricName,
+    InvalidSignal,
     UnsupportedEncoding,
 )
 from mldiag_ingestion.service import IngestionService
@@ -21,7 +22,12 @@ from mldiag_platform.errors import InvalidArgument
 from mldiag_platform.http import ContractResponse, parse_body
 from mldiag_schemas import bus
 from mldiag_schemas.auth import Permission
-from mldiag_schemas.telemetry import HeartbeatRequest, IngestMetrics, WriteMetricsRequest
+from mldiag_schemas.telemetry import (
+    HeartbeatRequest,
+    IngestMetrics,
+    SignalRequest,
+    WriteMetricsRequest,
+)
 
 router = APIRouter()
 
@@ -55,8 +61,24 @@ async def heartbeat(request: Request, run_id: str) -> Response:
     return Response(status_code=204)
 
 
-_HEARTBEAT_BYTES = 4096
-"""A heartbeat is a few fields; anything larger is a mistake."""
+@router.post(RUN_PATH + ":reportSignal", status_code=204, dependencies=_WRITE_METRICS)
+@router.post(SHORT_RUN_PATH + ":reportSignal", status_code=204, dependencies=_WRITE_METRICS)
+async def report_signal(request: Request, run_id: str) -> Response:
+    """A lifecycle signal of a process (SIGTERM, preemption notice, exception, exit); 204 once
+    JetStream has it."""
+    service: IngestionService = request.app.state.service
+    raw = await _read_body(request, _SIGNAL_BYTES)
+    body = parse_body(SignalRequest, raw, InvalidSignal)
+    await service.report_signal(run_id, body, datetime.now(UTC))
+    return Response(status_code=204)
+
+
+_HEARTBEAT_BYTES = 64 * 1024
+"""A heartbeat is a few fields and a fingerprint of at most 64 short entries (about 40 KB at
+the very most); anything larger is a mistake."""
+
+_SIGNAL_BYTES = 256 * 1024
+"""A signal's message holds at most 20,000 characters (up to 6 bytes each, escaped)."""
 
 
 def _parse_write(raw: bytes) -> WriteMetricsRequest:

@@ -24,12 +24,15 @@ from mldiag_schemas.telemetry import (
     MetricPointsReceived,
     MetricSeries,
     RunHeartbeat,
+    SignalRequest,
+    WorkloadSignalReported,
     WriteMetricsRequest,
     WriteMetricsResponse,
 )
 
 CHUNK_ID_NAMESPACE = uuid.UUID("a4c1d7a2-6f0e-4a9b-8f43-9f2b8f1c3d10")
 HEARTBEAT_ID_NAMESPACE = uuid.UUID("5b0e2f1c-8d3a-4e7b-9c61-2a4f6d8e0b13")
+SIGNAL_ID_NAMESPACE = uuid.UUID("c3e8a1d4-2b7f-4f60-a9d5-7e1b3c5f8a21")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -106,13 +109,7 @@ class IngestionService:
         published once.
         """
         _check_run_id(run_id)
-        sent_at = request.time or received_at
-        if sent_at > received_at + self._max_skew:
-            raise TimestampInFuture(
-                f"heartbeat time {sent_at.isoformat()} is more than {self._max_skew} after"
-                " receipt: check the client's clock",
-                details=[{"field": "time"}],
-            )
+        sent_at = self._client_time("heartbeat", request.time, received_at)
         identity = (run_id, request.host, str(request.process_index), str(request.pid))
         heartbeat = RunHeartbeat(
             event_id=derived_id(HEARTBEAT_ID_NAMESPACE, *identity, sent_at.isoformat()),
@@ -124,9 +121,56 @@ class IngestionService:
             step=request.step,
             interval_seconds=request.interval_seconds,
             received_at=received_at,
+            fingerprint=request.fingerprint,
         )
         await self._publisher.publish_many([heartbeat])
         return heartbeat
+
+    async def report_signal(
+        self, run_id: str, request: SignalRequest, received_at: datetime
+    ) -> WorkloadSignalReported:
+        """Publish a lifecycle signal of a process; return once JetStream has it.
+
+        Its id derives from the process, the kind and the time it happened, so a client's
+        retry is published once (a signal without a time is stamped on receipt, and each
+        attempt then counts as its own).
+        """
+        _check_run_id(run_id)
+        occurred_at = self._client_time("signal", request.time, received_at)
+        identity = (
+            run_id,
+            request.kind.value,
+            request.host,
+            str(request.process_index),
+            str(request.pid),
+            occurred_at.isoformat(),
+        )
+        if request.time is not None:  # as read: a naive time made UTC, for consumers' sake
+            request = request.model_copy(update={"time": occurred_at})
+        reported = WorkloadSignalReported(
+            event_id=derived_id(SIGNAL_ID_NAMESPACE, *identity),
+            occurred_at=occurred_at,
+            run_id=run_id,
+            signal=request,
+            received_at=received_at,
+        )
+        await self._publisher.publish_many([reported])
+        return reported
+
+    def _client_time(self, what: str, sent: datetime | None, received_at: datetime) -> datetime:
+        """A client's time of a heartbeat or signal (UTC if naive), or the time of receipt;
+        one too far past receipt is a wrong clock, refused."""
+        if sent is None:
+            return received_at
+        if sent.tzinfo is None:
+            sent = sent.replace(tzinfo=UTC)
+        if sent > received_at + self._max_skew:
+            raise TimestampInFuture(
+                f"{what} time {sent.isoformat()} is more than {self._max_skew} after"
+                " receipt: check the client's clock",
+                details=[{"field": "time"}],
+            )
+        return sent
 
     def _check_label_sets(self, request: WriteMetricsRequest) -> None:
         # The per-request half of the cardinality bound; the registry holds the per-run half.

@@ -128,7 +128,8 @@ def input_stall(book: EventBook, now: datetime) -> None:
 def on_checkpoint(book: EventBook, host: str, step: int, seconds: float, at: datetime) -> None:
     """A checkpoint blocked for ``seconds``: too long against the time since the last one?"""
     state = book.state
-    previous = state.last_checkpoint_at or state.first_seen_at
+    # Intervals on the workload's clock (point times), never mixed with the server's.
+    previous = state.last_checkpoint_at or state.first_point_at
     if state.last_checkpoint_at is not None and at <= state.last_checkpoint_at:
         return  # another host's report of the same checkpoint
     state.last_checkpoint_at = at
