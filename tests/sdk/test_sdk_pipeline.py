@@ -401,3 +401,15 @@ def test_replay_of_this_run_only_leaves_other_runs_spooled(tmp_path: Path) -> No
         assert [path.parts[-3] for path in pending_segments(tmp_path)] == ["theirs"]
     finally:
         down.stop()
+
+
+def test_rule_overrides_and_the_host_name_travel_with_the_run(
+    platform: FakePlatform, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLDIAG_HOST", "pod-7")
+    rules = {"rules": {"hang": {"thresholds": {"floorSeconds": 60}}}}
+    run = start(platform.url, tmp_path, monitoring=rules)
+    run.log({"loss": 1.0})
+    assert run.finish() is True
+    assert platform.received.creates[0]["monitoring"] == rules
+    assert platform.received.batches[0]["series"][0]["host"] == "pod-7"

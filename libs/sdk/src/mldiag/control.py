@@ -37,6 +37,8 @@ class RunSpec:
     labels: dict[str, str] = field(default_factory=dict)
     configs: dict[str, Any] = field(default_factory=dict)
     gcs_path: str = ""
+    monitoring: dict[str, Any] = field(default_factory=dict)
+    """Overrides of the detection rules (``{"rules": {name: {"enabled", "thresholds"}}}``)."""
 
 
 class ControlStatus(enum.Enum):
@@ -96,6 +98,8 @@ class HttpRunControl:
             extras["configs"] = spec.configs
         if spec.gcs_path:
             extras["artifacts"] = {"gcsPath": spec.gcs_path}
+        if spec.monitoring:
+            extras["monitoring"] = spec.monitoring
         status = self._create({**body, **extras}, timeout)
         if status in (400, 422) and extras:
             logger.warning("mldiag.run.create_without_extras fields=%s", sorted(extras))

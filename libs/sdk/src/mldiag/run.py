@@ -553,6 +553,7 @@ def init(
     labels: Mapping[str, str] | None = None,
     spool_dir: str | os.PathLike[str] | None = None,
     gcs_path: str = "",
+    monitoring: Mapping[str, Any] | None = None,
     create_run: bool = True,
     handle_exit: bool = True,
     replay_all: bool = True,
@@ -586,6 +587,8 @@ def init(
         labels: Labels of the run resource.
         spool_dir: Root of the disk spool (``MLDIAG_SPOOL_DIR``).
         gcs_path: Where the run's artifacts live.
+        monitoring: Overrides of the detection rules for this run, e.g.
+            ``{"rules": {"hang": {"thresholds": {"floorSeconds": 60}}}}`` (docs/monitoring.md).
         create_run: False to only record metrics (the run is managed elsewhere).
         handle_exit: Mark the run at exit, on uncaught exceptions and on SIGTERM.
         replay_all: Replay orphaned spools of every run, not only this one.
@@ -629,6 +632,7 @@ def init(
         labels=dict(labels or {}),
         configs={"userConfigs": user_configs(configs)},
         gcs_path=gcs_path,
+        monitoring=dict(monitoring or {}),
     )
     run_control: RunControl | None = None
     if create_run:
