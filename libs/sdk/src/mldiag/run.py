@@ -589,7 +589,8 @@ def init(
         gcs_path: Where the run's artifacts live.
         monitoring: Overrides of the detection rules for this run, e.g.
             ``{"rules": {"hang": {"thresholds": {"floorSeconds": 60}}}}`` (docs/monitoring.md).
-        create_run: False to only record metrics (the run is managed elsewhere).
+        create_run: False to only record metrics (the run is managed elsewhere);
+            ``MLDIAG_CREATE_RUN=0`` says the same from a supervisor such as ``mldiag run``.
         handle_exit: Mark the run at exit, on uncaught exceptions and on SIGTERM.
         replay_all: Replay orphaned spools of every run, not only this one.
         shutdown_timeout: Most seconds ``finish`` / exit spend sending (default 10).
@@ -625,6 +626,8 @@ def init(
         tuning=overrides,
     )
     resolved_id = resolve_run_id(run_id, workload_id)
+    if os.environ.get("MLDIAG_CREATE_RUN", "").strip().lower() in ("0", "false", "no"):
+        create_run = False  # a supervisor (`mldiag run`) owns the run and its final state
     spec = RunSpec(
         run_id=resolved_id,
         display_name=name or resolved_id,

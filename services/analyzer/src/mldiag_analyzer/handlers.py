@@ -21,5 +21,5 @@ class BusHandlers:
         self._service = service
 
     async def on_events(self, deliveries: list[Delivery[WorkloadEventOpened]]) -> None:
-        """Analyse a batch of newly opened events."""
-        await self._service.on_events([delivery.message.event for delivery in deliveries])
+        """Analyse a batch of newly opened events (each with the run's signals)."""
+        await self._service.on_opened([delivery.message for delivery in deliveries])

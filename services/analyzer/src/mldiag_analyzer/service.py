@@ -1,12 +1,17 @@
-"""Analyzers: for each event, the reports that explain it (pure functions, no bus)."""
+"""The analyzer's domain logic: run every relevant analyzer over an event and the run's
+signals, rank the causes, decide on a profile capture, and publish (no bus details here)."""
 
-import math
+import statistics
+import time
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import structlog
 
-from mldiag_analyzer.errors import NoAnalyzerForEvent
+from mldiag_analyzer.analyzers import Inputs, analyzers_for
+from mldiag_analyzer.analyzers.common import silent_hosts
+from mldiag_analyzer.cost import time_lost_seconds
 from mldiag_platform.bus import MessagePublisher
 from mldiag_schemas.analyses import (
     ANALYSIS_ID_NAMESPACE,
@@ -14,118 +19,155 @@ from mldiag_schemas.analyses import (
     AnalysisCompleted,
     AnalyzerReport,
     DetectionState,
-    Layer,
-    RecommendedAction,
 )
-from mldiag_schemas.events import EventType, WorkloadEvent
+from mldiag_schemas.envelope import Envelope
+from mldiag_schemas.events import EventType, RunContext, WorkloadEvent, WorkloadEventOpened
 from mldiag_schemas.ids import derived_id
+from mldiag_schemas.profiling import ProfileCaptureRequested
 
 log = structlog.get_logger(__name__)
 
-ANALYZER_VERSION = "1"
+ANALYZER_VERSION = "2"
 """Part of the analysis id: a new analyzer version yields a new analysis of an old event."""
 
-Analyzer = Callable[[WorkloadEvent, str], AnalyzerReport]
-"""(event, runbook base URL) → report."""
+PROFILED_EVENTS = frozenset(
+    {
+        EventType.PERFORMANCE_DEGRADATION,
+        EventType.STRAGGLER,
+        EventType.RECOMPILATION_STORM,
+        EventType.INPUT_STALL,
+        EventType.HANG,
+    }
+)
+"""Events a profile helps explain (a hang only while some of its processes are alive)."""
+
+PROFILE_STEPS = 5
+"""A capture should hold a few steps: this many typical steps, within the bounds below."""
+MIN_CAPTURE_SECONDS = 2.0
+MAX_CAPTURE_SECONDS = 30.0
 
 
-def _describe(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    return "+Inf" if value > 0 else "-Inf"
-
-
-def numerical_instability(event: WorkloadEvent, runbooks: str) -> AnalyzerReport:
-    """Which metric went non-finite, at which step, and the last good value before it."""
-    evidence = event.evidence
-    where = f" on host {evidence.host}" if evidence.host else ""
-    if evidence.last_good_step is None:
-        before = "No finite value of it was recorded before that."
-    else:
-        before = (
-            f"Its last finite value was {evidence.last_good_value:.6g}"
-            f" at step {evidence.last_good_step}."
-        )
-    details = (
-        f"Metric '{evidence.metric}' became {_describe(evidence.first_bad_value)}"
-        f" at step {evidence.first_bad_step}{where}. {before}"
-    )
-    runbook = runbooks + "numerical-instability.md"
-    return AnalyzerReport(
-        analyzer="numerical-instability",
-        layer=Layer.MODEL,
-        detection_state=DetectionState.DETECTED,
-        details=details,
-        hosts=event.hosts,
-        recommended_actions=[
-            RecommendedAction(
-                description="Resume from the last checkpoint before step "
-                f"{evidence.first_bad_step} with a lower learning rate or gradient clipping.",
-                documentation_url=runbook,
-            ),
-            RecommendedAction(
-                description="Re-run the failing steps with jax.config.update('jax_debug_nans',"
-                " True) to find the operation that first produced the non-finite value.",
-                documentation_url=runbook,
-            ),
-            RecommendedAction(
-                description="Check the input batch at that step for NaN/Inf or extreme values.",
-                documentation_url=runbook,
-            ),
-        ],
+def rank(reports: Sequence[AnalyzerReport]) -> list[AnalyzerReport]:
+    """DETECTED reports first, most probable (highest score) first; ties keep their order."""
+    return sorted(
+        reports,
+        key=lambda r: (r.detection_state != DetectionState.DETECTED, -r.score),
     )
 
 
-ANALYZERS: dict[EventType, tuple[Analyzer, ...]] = {
-    EventType.NUMERICAL_INSTABILITY: (numerical_instability,),
-}
-"""Every analyzer relevant to each event type, most specific first."""
-
-
-def analyze(event: WorkloadEvent, runbooks: str, now: datetime) -> Analysis:
-    """Run every analyzer relevant to the event; DETECTED reports first."""
-    analyzers = ANALYZERS.get(event.type)
-    if not analyzers:
-        raise NoAnalyzerForEvent(f"no analyzer for events of type {event.type}")
-    reports = sorted(
-        (analyzer(event, runbooks) for analyzer in analyzers),
-        key=lambda report: report.detection_state != DetectionState.DETECTED,
-    )
+def analyze(
+    event: WorkloadEvent,
+    context: RunContext | None,
+    runbooks: str,
+    now: datetime,
+    capture_requested: bool = False,
+) -> Analysis:
+    """Run every analyzer relevant to the event over it and the run's signals; rank them."""
+    inputs = Inputs(event, context)
+    reports = rank([analyzer.run(inputs, runbooks) for analyzer in analyzers_for(event.type)])
+    detected = [r for r in reports if r.detection_state == DetectionState.DETECTED]
     return Analysis(
         analysis_id=derived_id(ANALYSIS_ID_NAMESPACE, str(event.event_id), ANALYZER_VERSION),
         event_id=event.event_id,
         run_id=event.run_id,
-        analyzer_insight_found=any(r.detection_state == DetectionState.DETECTED for r in reports),
+        analyzer_insight_found=bool(detected),
         reports=reports,
+        probable_cause=detected[0].analyzer if detected else "",
+        time_lost_seconds=time_lost_seconds(event, context),
+        capture_requested=capture_requested,
         create_time=now,
     )
 
 
-class AnalyzerService:
-    """Analyses events and publishes the analyses."""
+def capture_message_id(event: WorkloadEvent) -> uuid.UUID:
+    """The capture request's message id: one per event, so a redelivery dedupes."""
+    return uuid.uuid5(event.event_id, "profile-capture")
 
-    def __init__(self, publisher: MessagePublisher, runbook_base_url: str) -> None:
+
+def capture_request(
+    event: WorkloadEvent, context: RunContext | None, now: datetime
+) -> ProfileCaptureRequested | None:
+    """A profile snapshot of the run when one would help explain the event and the run is
+    still running; None otherwise."""
+    if event.type not in PROFILED_EVENTS or context is None or context.run_phase != "ACTIVE":
+        return None
+    hosts = list(event.hosts)
+    if event.type == EventType.HANG:
+        # Only live processes can be profiled; a capture on a dead host just goes missing.
+        silent = {h.host for h in silent_hosts(Inputs(event, context))}
+        candidates = hosts or [h.host for h in context.hosts]
+        alive = [host for host in candidates if host not in silent]
+        if not alive:
+            return None
+        hosts = alive if silent else hosts
+        reason = "Hang with live processes: a profile shows the operation they are stuck in."
+    else:
+        reason = f"{event.display_name}: a profile shows where the step time goes."
+    step_times = [h.step_time for h in context.hosts if h.step_time]
+    duration = MIN_CAPTURE_SECONDS
+    if step_times and event.type != EventType.HANG:
+        duration = PROFILE_STEPS * statistics.median(step_times)
+    return ProfileCaptureRequested(
+        event_id=capture_message_id(event),
+        occurred_at=now,
+        run_id=event.run_id,
+        kind="SNAPSHOT",
+        workload_event_id=event.event_id,
+        hosts=hosts,
+        duration_seconds=min(max(duration, MIN_CAPTURE_SECONDS), MAX_CAPTURE_SECONDS),
+        reason=reason[:1000],
+    )
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class AnalyzerService:
+    """Analyses opened events and publishes each analysis with its capture request."""
+
+    def __init__(
+        self,
+        publisher: MessagePublisher,
+        runbook_base_url: str,
+        clock: Callable[[], datetime] = _utc_now,
+    ) -> None:
         self._publisher = publisher
         self._runbooks = runbook_base_url
+        self._clock = clock
 
-    async def on_events(self, events: Sequence[WorkloadEvent]) -> list[Analysis]:
-        """Analyse each event and publish the results; return them."""
-        now = datetime.now(UTC)
-        analyses = [analyze(event, self._runbooks, now) for event in events]
-        await self._publisher.publish_many(
-            [
-                # The message id is the analysis id: a redelivered event republishes the same
-                # message, which JetStream drops and the registry would ignore anyway.
+    async def on_opened(self, openings: Sequence[WorkloadEventOpened]) -> list[Analysis]:
+        """Analyse each opened event, publish the analyses and capture requests together,
+        and return the analyses."""
+        now = self._clock()
+        analyses: list[Analysis] = []
+        messages: list[Envelope] = []
+        for opened in openings:
+            started = time.perf_counter()
+            event, context = opened.event, opened.context
+            capture = capture_request(event, context, now)
+            analysis = analyze(event, context, self._runbooks, now, capture is not None)
+            analyses.append(analysis)
+            # The message id is the analysis id: a redelivered event republishes the same
+            # message, which JetStream drops and the registry would ignore anyway.
+            messages.append(
                 AnalysisCompleted(event_id=analysis.analysis_id, occurred_at=now, analysis=analysis)
-                for analysis in analyses
-            ]
-        )
-        for analysis in analyses:
+            )
+            if capture is not None:
+                messages.append(capture)
             log.info(
                 "analysis.completed",
-                run_id=analysis.run_id,
-                event_id=str(analysis.event_id),
-                insight=analysis.analyzer_insight_found,
-                top=analysis.reports[0].analyzer,
+                run_id=event.run_id,
+                event_id=str(event.event_id),
+                event_type=str(event.type),
+                probable_cause=analysis.probable_cause,
+                detected=sum(
+                    r.detection_state == DetectionState.DETECTED for r in analysis.reports
+                ),
+                reports=len(analysis.reports),
+                capture_requested=analysis.capture_requested,
+                has_context=context is not None,
+                duration_ms=round((time.perf_counter() - started) * 1000, 3),
             )
+        await self._publisher.publish_many(messages)
         return analyses

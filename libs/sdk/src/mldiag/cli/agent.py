@@ -1,0 +1,186 @@
+"""``mldiag agent``: a host's metrics, attributed to the runs whose processes run there.
+
+Every interval the agent finds the processes whose environment names a run
+(``MLDIAG_RUN_ID``, which ``mldiag run`` and the SDK's users set), groups them by run, and
+writes into each run that run's process metrics (CPU, memory, threads, processes summed
+over its processes here), the host's CPU and memory, and the accelerators present (NVIDIA
+GPUs, TPUs), all tagged with this host. It never creates a run nor changes its phase: each
+run gets an :class:`~mldiag.attached.AttachedWriter` (the SDK's batching, spool and
+retries). It stops cleanly on SIGTERM or SIGINT, sending what it holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import Any
+
+from mldiag.attached import AttachedWriter
+from mldiag.cli.supervise import add_platform_options, seconds_argument
+from mldiag.config import Settings, env_seconds
+from mldiag.identity import host_name
+from mldiag.process_tree import ProcessMeter, RunProcesses, host_only_source
+from mldiag.system import Sample, Source, gpu_source, tpu_source
+
+logger = logging.getLogger("mldiag")
+
+_ONCE_WAIT_SECONDS = 1.0
+"""With ``--once``: between the first CPU reading and the sample (one reading is none)."""
+
+
+def add_agent_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``agent`` to ``mldiag``'s subcommands."""
+    parser = commands.add_parser(
+        "agent",
+        help="sample this host for the runs whose processes run on it",
+        description="Every interval, find the processes whose environment has MLDIAG_RUN_ID, "
+        "and write into each of those runs its processes' CPU, memory, threads and count, "
+        "the host's CPU and memory and the accelerators present, tagged with this host. "
+        "Never creates runs or changes their phase. Run it as root (or as the workloads' "
+        "user) to see every process. Stops on SIGTERM or Ctrl-C.",
+    )
+    parser.add_argument(
+        "--interval",
+        type=seconds_argument,
+        metavar="SECONDS",
+        help="seconds between samples [$MLDIAG_SYSTEM_METRICS_INTERVAL or 10]",
+    )
+    parser.add_argument("--once", action="store_true", help="sample once, send, and exit")
+    add_platform_options(parser, api=False)  # it only writes metrics
+    parser.set_defaults(handler=agent_command)
+
+
+def agent_command(args: argparse.Namespace) -> int:
+    """``mldiag agent``: sample until stopped (or once); 0 when stopped cleanly."""
+    interval = args.interval
+    if interval is None:
+        interval = env_seconds(os.environ, "MLDIAG_SYSTEM_METRICS_INTERVAL", 10.0)
+    if interval <= 0:
+        print("mldiag agent: error: --interval must be more than 0", file=sys.stderr)
+        return 2
+    settings = Settings.resolve(ingestion_url=args.ingestion_url, token=args.token)
+    agent = HostAgent(settings, host_name())
+    if not agent.can_find_processes:
+        print("mldiag agent: error: psutil is not installed (pip install psutil)", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    with _stopping_on_signals(stop):
+        try:
+            if args.once:
+                agent.sample(record=False)  # first CPU readings
+                stop.wait(min(interval, _ONCE_WAIT_SECONDS))
+                agent.sample()
+            else:
+                while not stop.wait(interval):
+                    agent.sample()
+        finally:
+            agent.close(settings.shutdown_timeout)
+    return 0
+
+
+class HostAgent:
+    """Samples one host for every run found on it."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        host: str,
+        sources: tuple[Callable[[], Source | None], ...] = (
+            host_only_source,
+            gpu_source,
+            tpu_source,
+        ),
+    ) -> None:
+        self._settings = settings
+        self._host = host
+        self._finder = RunProcesses()
+        self._sources: list[Source] = []
+        for find in sources:
+            try:
+                source = find()
+            except Exception:  # a source that cannot start is skipped, never raised
+                logger.warning("mldiag.agent.source_unavailable", exc_info=True)
+                continue
+            if source is not None:
+                self._sources.append(source)
+        self._meters: dict[str, ProcessMeter] = {}
+        self._writers: dict[str, AttachedWriter] = {}
+
+    @property
+    def can_find_processes(self) -> bool:
+        """Whether processes can be found at all (psutil is installed)."""
+        return self._finder.available
+
+    @property
+    def runs(self) -> list[str]:
+        """The runs being written to."""
+        return sorted(self._writers)
+
+    def sample(self, *, record: bool = True) -> dict[str, Sample]:
+        """Find the runs here and measure them; record each run's sample unless ``record``
+        is False (a first CPU reading). Runs whose processes are gone are closed."""
+        groups = self._finder.scan()
+        shared = self._shared_sample() if record and groups else {}
+        samples: dict[str, Sample] = {}
+        for run_id, processes in groups.items():
+            meter = self._meters.setdefault(run_id, ProcessMeter())
+            samples[run_id] = {**meter.measure(processes), **shared}
+            if record:
+                writer = self._writers.get(run_id)
+                if writer is None:
+                    writer = self._writers[run_id] = AttachedWriter(
+                        run_id, self._settings, self._host
+                    )
+                    logger.info("mldiag.agent.run_found run=%s", run_id)
+                writer.record(samples[run_id])
+        for run_id in set(self._meters) - set(groups):
+            del self._meters[run_id]
+            writer = self._writers.pop(run_id, None)
+            if writer is not None:
+                logger.info("mldiag.agent.run_gone run=%s", run_id)
+                writer.close(self._settings.request_timeout)
+        return samples
+
+    def close(self, timeout: float) -> None:
+        """Send what every run's writer holds, within ``timeout`` seconds in all."""
+        deadline = time.monotonic() + timeout
+        for writer in self._writers.values():
+            writer.close(max(deadline - time.monotonic(), 0.0))
+        self._writers.clear()
+
+    def _shared_sample(self) -> Sample:
+        """The host's and the accelerators' metrics: the same for every run here."""
+        values: Sample = {}
+        for source in list(self._sources):
+            try:
+                values.update(source())
+            except Exception:  # a broken source is dropped, never raised
+                logger.warning("mldiag.agent.source_failed (dropped)", exc_info=True)
+                self._sources.remove(source)
+        return values
+
+
+@contextlib.contextmanager
+def _stopping_on_signals(stop: threading.Event) -> Iterator[None]:
+    """Set ``stop`` on SIGTERM and SIGINT while inside (handlers restored afterwards)."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:  # noqa: ARG001
+        stop.set()
+
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for name in (signal.SIGTERM, signal.SIGINT):
+            previous[name] = signal.signal(name, handler)
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)

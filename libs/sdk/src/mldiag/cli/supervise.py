@@ -1,0 +1,608 @@
+"""``mldiag run -- COMMAND``: any program as a monitored run, without the SDK in it.
+
+The wrapper creates the run through the SDK (the same settings, spool, retries and
+credentials as ``mldiag.init``), starts the program with the run id in its environment,
+samples its process tree and the host, passes its output through while keeping the last
+lines, and at the end turns the exit status into the run's final state: COMPLETED on 0,
+else a ``PROCESS_EXITED`` signal and FAILED with the error code (``exit_<n>`` or the
+signal's name) and the last lines of stderr. It exits with the program's status (128 + the
+signal for a signal, as a shell does).
+
+An SDK inside the program attaches to the same run (``MLDIAG_RUN_ID``) and is told the run
+is not its own to create or end (``MLDIAG_CREATE_RUN=0``): the wrapper, which outlives the
+program, decides the final state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from functools import partial
+from types import FrameType
+from typing import IO, Any, TextIO
+
+import mldiag
+from mldiag.cli.registry import _config_value, _key_value, _nest
+from mldiag.config import Settings, env_seconds
+from mldiag.control import ControlStatus, HttpRunControl, RunControl, RunPhase, RunSpec
+from mldiag.process_tree import (
+    PROCESS_RSS,
+    RUN_ID_ENV,
+    host_only_source,
+    memory_limit_bytes,
+    oom_kill_count,
+    process_tree_source,
+)
+from mldiag.run import Run
+from mldiag.signals import SignalKind
+from mldiag.system import Sample, SystemSampler, gpu_source
+from mldiag.transport import client
+
+logger = logging.getLogger("mldiag")
+
+CREATE_RUN_ENV = "MLDIAG_CREATE_RUN"
+"""Set to ``0`` in the program's environment: an SDK there records into the run but neither
+creates nor ends it (the wrapper does)."""
+
+DEFAULT_TAIL_LINES = 200
+MAX_MESSAGE_CHARS = 8000
+"""How much of the output's tail a signal and the run's error details carry."""
+
+_READ_CHUNK = 64 * 1024
+_MAX_LINE = 4096
+"""Bytes kept of one line: a line that never ends must not grow the tail without bound."""
+_POLL_SECONDS = 0.25
+_DRAIN_SECONDS = 2.0
+"""How long the output may keep flowing after the program ended (a process it left behind
+may hold the pipe open for ever)."""
+_CREATE_WAIT_SECONDS = 5.0
+_NEAR_LIMIT = 0.9
+_OOM_MARKERS = (
+    "MemoryError",
+    "out of memory",
+    "Out of memory",
+    "OOM",
+    "oom-kill",
+    "oom_kill",
+    "Cannot allocate memory",
+)
+"""Words in the output that, with a SIGKILL, say the kernel's OOM killer struck."""
+
+
+# --- the command line -------------------------------------------------------------------
+
+
+def add_run_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``run`` to ``mldiag``'s subcommands."""
+    parser = commands.add_parser(
+        "run",
+        help="run a program as a monitored run (no SDK needed)",
+        description="Run COMMAND as a monitored run: create the run, sample the program's "
+        "process tree and the host, pass its output through, and record how it ended. "
+        "The run id reaches the program as $MLDIAG_RUN_ID, so an SDK inside attaches to "
+        "the same run. Exits with the program's status (128+N when signal N ended it).",
+        usage="mldiag run [options] -- COMMAND [ARG ...]",
+    )
+    parser.add_argument("--name", default="", help="display name [the run id]")
+    parser.add_argument(
+        "--run-id", help="the run's id [$MLDIAG_RUN_ID, else derived from the workload]"
+    )
+    parser.add_argument("--run-set", default="default", help="group of related runs [default]")
+    parser.add_argument(
+        "--label",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a label of the run",
+    )
+    parser.add_argument(
+        "--config",
+        type=_config_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a user config (VALUE read as JSON when it parses; a.b=1 nests)",
+    )
+    parser.add_argument(
+        "--tail-lines",
+        type=_non_negative_int,
+        default=DEFAULT_TAIL_LINES,
+        metavar="N",
+        help=f"lines of stdout and of stderr kept for the failure report [{DEFAULT_TAIL_LINES}]",
+    )
+    parser.add_argument(
+        "--interval",
+        type=seconds_argument,
+        metavar="SECONDS",
+        help="seconds between system samples, 0 for none [$MLDIAG_SYSTEM_METRICS_INTERVAL or 10]",
+    )
+    parser.add_argument(
+        "--heartbeat-interval",
+        type=seconds_argument,
+        default=0.0,
+        metavar="SECONDS",
+        help="heartbeats of the wrapper itself, 0 for none [0: an SDK in the program sends its"
+        " own]",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="do not print the run id")
+    add_platform_options(parser)
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
+    parser.set_defaults(handler=run_command)
+
+
+def add_platform_options(parser: argparse.ArgumentParser, *, api: bool = True) -> None:
+    """``--api-url`` (with ``api``), ``--ingestion-url`` and ``--token``; ``mldiag`` accepts
+    the first and the last before the command's name too."""
+    if api:
+        parser.add_argument(
+            "--api-url",
+            default=argparse.SUPPRESS,
+            metavar="URL",
+            help="the run-registry API [$MLDIAG_API_URL]",
+        )
+    parser.add_argument(
+        "--ingestion-url", metavar="URL", help="ingestion's URL [$MLDIAG_INGESTION_URL]"
+    )
+    parser.add_argument("--token", default=argparse.SUPPRESS, help="API token [$MLDIAG_TOKEN]")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """``mldiag run``: supervise ``args.command``; the program's exit status."""
+    command: list[str] = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        print("mldiag run: error: no command given (mldiag run -- COMMAND ...)", file=sys.stderr)
+        return 2
+    interval = args.interval
+    if interval is None:
+        interval = env_seconds(os.environ, "MLDIAG_SYSTEM_METRICS_INTERVAL", 10.0)
+    settings = Settings.resolve(
+        api_url=args.api_url, ingestion_url=args.ingestion_url, token=args.token
+    )
+    control = WatchedControl(
+        HttpRunControl(client(settings.token, settings.request_timeout), settings.api_url)
+    )
+    run = mldiag.init(
+        name=args.name,
+        run_set=args.run_set,
+        configs=_nest(args.config),
+        labels=dict(args.label),
+        run_id=args.run_id,
+        api_url=args.api_url,
+        ingestion_url=args.ingestion_url,
+        token=args.token,
+        handle_exit=False,  # the wrapper ends the run itself, from the program's exit
+        log_system_metrics=False,  # sampled below: the program's tree, not this process
+        heartbeat_interval=args.heartbeat_interval,
+        control=control,
+    )
+    if not args.quiet:
+        print(f"mldiag run: run {run.run_id}", file=sys.stderr, flush=True)
+    supervisor = Supervisor(
+        run,
+        command,
+        environment=child_environment(run, token=args.token, sampled=interval > 0),
+        tail_lines=args.tail_lines,
+        interval=interval,
+        created=control.answered if run.is_primary else None,
+    )
+    return supervisor.run()
+
+
+def child_environment(run: Run, *, token: str | None, sampled: bool) -> dict[str, str]:
+    """The program's environment: ours, plus what an SDK inside needs to join the run."""
+    environment = dict(os.environ)
+    environment[RUN_ID_ENV] = run.run_id
+    environment[CREATE_RUN_ENV] = "0"
+    environment["MLDIAG_API_URL"] = run.settings.api_url
+    environment["MLDIAG_INGESTION_URL"] = run.settings.ingestion_url
+    if token:  # given on the command line: the program would not find it otherwise
+        environment["MLDIAG_TOKEN"] = token
+    if sampled:
+        # The wrapper samples the host and the whole tree, the program included: a second
+        # sampler in the program would write the same series of this host again.
+        environment["MLDIAG_SYSTEM_METRICS_INTERVAL"] = "0"
+    # Output that a Python program holds in its buffers when it is killed is lost to the
+    # tail (and to the person watching): unbuffered unless the caller chose otherwise.
+    environment.setdefault("PYTHONUNBUFFERED", "1")
+    return environment
+
+
+# --- supervising ------------------------------------------------------------------------
+
+
+class WatchedControl:
+    """The SDK's run control, telling when the first create attempt has been answered and
+    saying so when the final phase is refused (an SDK in the program ended the run)."""
+
+    def __init__(self, inner: RunControl) -> None:
+        self._inner = inner
+        self.answered = threading.Event()
+
+    def ensure_run(self, spec: RunSpec, timeout: float) -> ControlStatus:
+        """Create the run, or attach to it (see :class:`~mldiag.control.RunControl`)."""
+        try:
+            return self._inner.ensure_run(spec, timeout)
+        finally:
+            self.answered.set()
+
+    def set_phase(
+        self,
+        run_id: str,
+        phase: RunPhase,
+        error: str | None,
+        timeout: float,
+        *,
+        code: str | None = None,
+    ) -> ControlStatus:
+        """Move the run to ``phase`` (see :class:`~mldiag.control.RunControl`)."""
+        status = self._inner.set_phase(run_id, phase, error, timeout, code=code)
+        if status is ControlStatus.GIVE_UP and phase is not RunPhase.ACTIVE:
+            logger.warning(
+                "mldiag.run.final_phase_refused run=%s phase=%s (ended already?)",
+                run_id,
+                phase.value,
+            )
+        return status
+
+
+@dataclass(frozen=True, slots=True)
+class ExitReport:
+    """How the program ended, in the words of the run and of the shell."""
+
+    status: int
+    """The wrapper's exit status: the program's, or 128 + the signal that killed it."""
+    exit_code: int | None
+    """The program's exit code; None when a signal ended it."""
+    signal: str | None
+    """The signal that ended it (``SIGKILL``), if one did."""
+    reason: str
+    """``""`` on success, else ``oom_killed``, ``killed`` or ``exit_code``."""
+    code: str
+    """The run's ``errorDetails.code``: the signal's name or ``exit_<n>``."""
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether the program exited with status 0."""
+        return self.status == 0
+
+
+def classify_exit(returncode: int, *, oom_evidence: bool) -> ExitReport:
+    """The report of a ``Popen.returncode`` (negative: killed by that signal).
+
+    ``oom_killed`` needs a SIGKILL (or a shell's 137 for one) and ``oom_evidence``: a
+    SIGKILL alone is also what ``kill -9`` and schedulers send.
+    """
+    if returncode < 0:
+        name = _signal_name(-returncode)
+        sigkill = -returncode == signal.SIGKILL
+        reason = "oom_killed" if sigkill and oom_evidence else "killed"
+        return ExitReport(128 - returncode, None, name, reason, name)
+    if returncode == 0:
+        return ExitReport(0, 0, None, "", "")
+    reason = "oom_killed" if returncode == 128 + signal.SIGKILL and oom_evidence else "exit_code"
+    return ExitReport(returncode, returncode, None, reason, f"exit_{returncode}")
+
+
+def oom_in_output(text: str) -> bool:
+    """Whether the output's tail names an out-of-memory failure."""
+    return any(marker in text for marker in _OOM_MARKERS)
+
+
+class Supervisor:
+    """Runs one program under one run, from start to the run's final state."""
+
+    def __init__(
+        self,
+        run: Run,
+        command: list[str],
+        *,
+        environment: dict[str, str],
+        tail_lines: int,
+        interval: float,
+        created: threading.Event | None = None,
+    ) -> None:
+        self._run = run
+        self._created = created
+        self._command = command
+        self._environment = environment
+        self._tail_lines = tail_lines
+        self._interval = interval
+        self._process: subprocess.Popen[bytes] | None = None
+        self._received: list[str] = []
+        """Signals received and forwarded, not yet reported (handlers only append)."""
+        self._stop_before_start: int | None = None
+        self._peak_rss = 0.0
+        self._previous_handlers: dict[int, Any] = {}
+
+    def run(self) -> int:
+        """Start the program, wait for it, end the run; the wrapper's exit status."""
+        self._install_handlers()
+        try:
+            return self._supervise()
+        except BaseException as error:  # a wrapper that breaks must not leave the run ACTIVE
+            self._run.finish("FAILED", error=f"mldiag run failed: {error!r}", error_code="internal")
+            raise
+        finally:
+            self._restore_handlers()
+
+    def _supervise(self) -> int:
+        if self._created is not None:
+            # The run carries the wrapper's name and configs, not those of an SDK inside the
+            # program that would otherwise race to create it. One answer (even
+            # "unreachable") is enough: a platform that is down must not hold the program.
+            self._created.wait(_CREATE_WAIT_SECONDS)
+        if self._stop_before_start is not None:
+            name = _signal_name(self._stop_before_start)
+            self._report_received()
+            self._run.finish("FAILED", error=f"{name} before the program started", error_code=name)
+            return 128 + self._stop_before_start
+        oom_kills = oom_kill_count()
+        try:
+            process = subprocess.Popen(  # the user's own command, no shell
+                self._command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=self._environment,
+            )
+        except OSError as error:
+            print(f"mldiag run: cannot start {self._command[0]!r}: {error}", file=sys.stderr)
+            self._run.finish("FAILED", error=f"cannot start: {error}", error_code="exec_failed")
+            return 126 if isinstance(error, PermissionError) else 127
+        self._process = process
+        if (late := self._early_stop()) is not None:  # it came while the program started
+            with contextlib.suppress(OSError):
+                process.send_signal(late)
+        assert process.stdout is not None  # noqa: S101  # both are pipes
+        assert process.stderr is not None  # noqa: S101
+        pumps = (
+            OutputPump(process.stdout, sys.stdout, self._tail_lines, "stdout"),
+            OutputPump(process.stderr, sys.stderr, self._tail_lines, "stderr"),
+        )
+        for pump in pumps:
+            pump.start()
+        sampler = self._start_sampler(process.pid)
+        returncode = self._wait(process)
+        if sampler is not None:
+            sampler.stop()
+        deadline = time.monotonic() + _DRAIN_SECONDS
+        for pump in pumps:
+            pump.join(max(deadline - time.monotonic(), 0.0))
+        return self._end_run(
+            returncode, stdout=pumps[0].tail(), stderr=pumps[1].tail(), oom_kills_before=oom_kills
+        )
+
+    def _end_run(
+        self, returncode: int, *, stdout: str, stderr: str, oom_kills_before: int | None
+    ) -> int:
+        """Report how the program ended and set the run's final state; the exit status."""
+        report = classify_exit(
+            returncode, oom_evidence=self._oom_evidence(oom_kills_before, stdout + stderr)
+        )
+        if report.succeeded:
+            self._run.finish("COMPLETED")
+            return 0
+        message = _last_chars(stderr or stdout, MAX_MESSAGE_CHARS) or _summary(report)
+        self._run.report_signal(
+            SignalKind.PROCESS_EXITED,
+            exit_code=report.exit_code,
+            signal=report.signal,
+            reason=report.reason,
+            message=message,
+        )
+        self._run.finish("FAILED", error=message, error_code=report.code)
+        return report.status
+
+    def _early_stop(self) -> int | None:
+        """The signal that came before the program had a pid (a handler sets it)."""
+        return self._stop_before_start
+
+    def _wait(self, process: subprocess.Popen[bytes]) -> int:
+        """The program's return code; signals received meanwhile are reported here, in the
+        main thread, not in their handlers (which may interrupt a request in flight)."""
+        while True:
+            try:
+                returncode = process.wait(timeout=_POLL_SECONDS)
+            except subprocess.TimeoutExpired:
+                self._report_received()
+                continue
+            self._report_received()
+            return returncode
+
+    def _report_received(self) -> None:
+        while self._received:
+            name = self._received.pop(0)
+            pid = self._process.pid if self._process is not None else None
+            self._run.report_signal(
+                SignalKind.SIGTERM,
+                signal=name,
+                message=f"mldiag run received {name}"
+                + (f" and forwarded it to process {pid}" if pid else ""),
+            )
+
+    def _start_sampler(self, pid: int) -> SystemSampler | None:
+        if self._interval <= 0:
+            return None
+        # No TPU source: libtpu reads chips in the process that holds them, and the wrapper
+        # must never be the one that does. NVML reads GPUs from any process.
+        sampler = SystemSampler(
+            self._record,
+            self._interval,
+            sources=(host_only_source, partial(process_tree_source, pid), gpu_source),
+        )
+        sampler.start()
+        return sampler
+
+    def _record(self, sample: Sample) -> None:
+        """One system sample, recorded at the run's current step (the sampler's thread)."""
+        self._peak_rss = max(self._peak_rss, sample.get((PROCESS_RSS, ""), 0.0))
+        for (name, device), value in sample.items():
+            self._run.record(name, value, labels={"device": device} if device else None)
+
+    def _oom_evidence(self, kills_before: int | None, output: str) -> bool:
+        """Whether something other than the signal itself says the kernel ran out of memory:
+        the cgroup's OOM-kill counter moved, the output says so, or the tree's last measured
+        memory was near the limit."""
+        kills_after = oom_kill_count()
+        if kills_before is not None and kills_after is not None and kills_after > kills_before:
+            return True
+        if oom_in_output(output):
+            return True
+        limit = memory_limit_bytes()
+        return bool(limit and self._peak_rss >= _NEAR_LIMIT * limit)
+
+    # -- signals -------------------------------------------------------------------------
+
+    def _install_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread may; a wrapper driven from a thread forwards nothing
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError, OSError):
+                self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
+
+    def _restore_handlers(self) -> None:
+        for signum, previous in self._previous_handlers.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(signum, previous)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:  # noqa: ARG002
+        process = self._process
+        if process is None:
+            self._stop_before_start = signum
+        elif not (signum == signal.SIGINT and _from_terminal()):
+            # A Ctrl-C reaches the program already (the terminal signals the whole
+            # foreground group): forwarding it too would interrupt its clean-up.
+            with contextlib.suppress(OSError):
+                process.send_signal(signum)
+        if signum == signal.SIGTERM:
+            self._received.append(_signal_name(signum))
+
+
+class OutputPump:
+    """Copies one of the program's pipes to our stream as it comes, keeping its last lines.
+
+    Bytes pass unchanged (binary, partial lines, any encoding). Both pipes are read on
+    threads of their own, so a program filling one never blocks on the other. When our
+    stream is gone (``| head`` left), the pipe is still drained and the tail still kept.
+    """
+
+    def __init__(self, source: IO[bytes], sink: TextIO, keep: int, name: str) -> None:
+        self._source = source
+        binary = getattr(sink, "buffer", None)
+        self._binary: IO[bytes] | None = binary
+        self._text: TextIO | None = None if binary is not None else sink
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._keep = keep
+        self._lines: deque[bytes] = deque(maxlen=keep)
+        self._partial = b""
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._pump, name=f"mldiag-run-{name}", daemon=True)
+
+    def start(self) -> None:
+        """Start copying."""
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        """Wait at most ``timeout`` seconds for the pipe's end."""
+        self._thread.join(timeout)
+
+    def tail(self) -> str:
+        """The last lines seen (an unfinished last line included), decoded leniently."""
+        with self._lock:
+            lines = list(self._lines)
+            if self._partial:
+                lines.append(_visible(self._partial))
+        return b"\n".join(lines[-self._keep :] if self._keep else []).decode("utf-8", "replace")
+
+    def _pump(self) -> None:
+        descriptor = self._source.fileno()
+        try:
+            while chunk := os.read(descriptor, _READ_CHUNK):
+                self._write(chunk)
+                self._remember(chunk)
+        except OSError:
+            pass  # the pipe broke: nothing more will come
+        finally:
+            self._source.close()
+
+    def _write(self, chunk: bytes) -> None:
+        try:
+            if self._binary is not None:
+                self._binary.write(chunk)
+                self._binary.flush()
+            elif self._text is not None:
+                self._text.write(self._decoder.decode(chunk))
+                self._text.flush()
+        except (OSError, ValueError):  # our stream closed or its reader left: keep draining
+            self._binary = self._text = None
+
+    def _remember(self, chunk: bytes) -> None:
+        *complete, partial = (self._partial + chunk).split(b"\n")
+        with self._lock:
+            # Only the last `keep` lines can matter: skip converting the others.
+            for line in complete[-self._keep :] if self._keep else []:
+                self._lines.append(_visible(line))
+            self._partial = partial[-_MAX_LINE:]
+
+
+def _visible(line: bytes) -> bytes:
+    """What a terminal shows of ``line``: the text after its last carriage return (progress
+    bars redraw one line many times), at most ``_MAX_LINE`` bytes of it."""
+    return line.rstrip(b"\r").rsplit(b"\r", 1)[-1][-_MAX_LINE:]
+
+
+def _last_chars(text: str, limit: int) -> str:
+    """The end of ``text`` in at most ``limit`` characters, cut at a line start."""
+    text = text.strip("\n")
+    if len(text) <= limit:
+        return text
+    cut = text[-limit:]
+    newline = cut.find("\n")
+    return cut[newline + 1 :] if 0 <= newline < len(cut) - 1 else cut
+
+
+def _summary(report: ExitReport) -> str:
+    if report.signal is not None:
+        return f"killed by {report.signal}"
+    return f"exited with status {report.exit_code}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"SIG{number}"
+
+
+def _from_terminal() -> bool:
+    """Whether we are in the terminal's foreground group (a SIGINT then came from it)."""
+    try:
+        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:
+        return False
+
+
+def seconds_argument(text: str) -> float:
+    """An argparse type: a number of seconds, 0 or more."""
+    try:
+        return env_seconds({"value": text}, "value", 0.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds (>= 0), got {text!r}") from None
+
+
+def _non_negative_int(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
