@@ -12,7 +12,7 @@ from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.events import (
     EventState,
     EventType,
-    MetricEvidence,
+    Evidence,
     Severity,
     WorkloadEvent,
     WorkloadEventOpened,
@@ -153,7 +153,7 @@ async def test_events_are_stored_once_and_served(
         state=EventState.OPEN,
         start_time=NOW,
         rule="non-finite-value",
-        evidence=MetricEvidence(metric="loss", first_bad_step=3, first_bad_value=math.nan),
+        evidence=Evidence(metric="loss", first_bad_step=3, first_bad_value=math.nan),
     )
     # two messages with different envelope ids carry the same event: stored once
     messages: list[Envelope] = [WorkloadEventOpened(event=event), WorkloadEventOpened(event=event)]

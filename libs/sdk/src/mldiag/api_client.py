@@ -1,4 +1,5 @@
-"""A small typed client of the run-registry REST API (runs, metrics, operations).
+"""A small typed client of the run-registry REST API (runs, metrics, operations, events,
+goodput, rule overrides).
 
 Answers are the API's JSON bodies as plain dicts, exactly as sent (NaN and ±Inf kept), so
 a caller can print them unchanged; the SDK does not depend on the platform's schema models.
@@ -272,6 +273,61 @@ class RegistryClient:
                 "groupBy": group_by,
             },
         )
+
+    def run_goodput(self, run_id: str) -> JsonObject:
+        """The run's productive time against its wall time, and the buckets of lost time."""
+        return self._call("GET", f"/machineLearningRuns/{run_id}:goodput")
+
+    # workload events and rule overrides
+
+    def list_events(
+        self,
+        *,
+        run_id: str | None = None,
+        filter: str = "",  # the API's own parameter name
+        page_size: int | None = None,
+        page_token: str = "",
+    ) -> JsonObject:
+        """One page of workload events, newest first: ``{"events": [...], "nextPageToken"}``;
+        those of one run with ``run_id``, else of every run of the project."""
+        path = f"/machineLearningRuns/{run_id}/monitoredEvents" if run_id else "/monitoredEvents"
+        params = {"filter": filter, "pageSize": page_size, "pageToken": page_token}
+        return self._call("GET", path, params=params)
+
+    def iter_events(
+        self,
+        *,
+        run_id: str | None = None,
+        filter: str = "",  # the API's own parameter name
+        page_size: int | None = None,
+    ) -> Iterator[JsonObject]:
+        """Every event the query matches, following ``nextPageToken``."""
+        token = ""
+        while True:
+            page = self.list_events(
+                run_id=run_id, filter=filter, page_size=page_size, page_token=token
+            )
+            yield from page.get("events", [])
+            token = page.get("nextPageToken") or ""
+            if not token:
+                return
+
+    def get_event(self, event: str, *, run_id: str | None = None) -> JsonObject:
+        """One event, by its full name (``projects/.../monitoredEvents/{id}``) or by its id
+        and ``run_id``."""
+        if "/" in event:
+            return self._call("GET", "/" + event.strip("/"), scoped=False)
+        if not run_id:
+            raise ValueError("an event id needs its run (or give the event's full name)")
+        return self._call("GET", f"/machineLearningRuns/{run_id}/monitoredEvents/{event}")
+
+    def get_monitoring_rules(self) -> JsonObject:
+        """The project's overrides of the detection rules: ``{"name", "rules": {...}}``."""
+        return self._call("GET", "/monitoringRules")
+
+    def set_monitoring_rules(self, rules: JsonObject) -> JsonObject:
+        """Replace the project's overrides (``rules``: rule name → override)."""
+        return self._call("PATCH", "/monitoringRules", body={"rules": rules})
 
     # operations
 

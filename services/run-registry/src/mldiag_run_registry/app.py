@@ -14,12 +14,18 @@ from mldiag_platform.outbox import Outbox, outbox_migrations, running_sweeper
 from mldiag_run_registry.events import handlers as events_handlers
 from mldiag_run_registry.events.repository import EventsRepository
 from mldiag_run_registry.events.service import EventsService
+from mldiag_run_registry.goodput import handlers as goodput_handlers
+from mldiag_run_registry.goodput.repository import GoodputRepository
+from mldiag_run_registry.goodput.service import GoodputService
 from mldiag_run_registry.heartbeats import handlers as heartbeats_handlers
 from mldiag_run_registry.heartbeats.repository import HeartbeatsRepository
 from mldiag_run_registry.heartbeats.service import HeartbeatsService
 from mldiag_run_registry.metrics import handlers as metrics_handlers
 from mldiag_run_registry.metrics.repository import MetricsRepository
 from mldiag_run_registry.metrics.service import MetricsService
+from mldiag_run_registry.monitoring import handlers as monitoring_handlers
+from mldiag_run_registry.monitoring.repository import MonitoringRepository
+from mldiag_run_registry.monitoring.service import MonitoringService
 from mldiag_run_registry.operations import handlers as operations_handlers
 from mldiag_run_registry.operations.repository import OperationsRepository
 from mldiag_run_registry.operations.service import OperationsService
@@ -55,6 +61,10 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             *load_migrations(
                 "run-registry-heartbeats", "mldiag_run_registry.heartbeats.migrations"
             ),
+            *load_migrations("run-registry-events", "mldiag_run_registry.events.migrations"),
+            *load_migrations(
+                "run-registry-monitoring", "mldiag_run_registry.monitoring.migrations"
+            ),
         ]
         async with AsyncExitStack() as stack:
             pool = await stack.enter_async_context(
@@ -80,6 +90,8 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             )
             events = EventsService(EventsRepository(pool), runs)
             heartbeats = HeartbeatsService(HeartbeatsRepository(pool), runs)
+            goodput = GoodputService(GoodputRepository(pool), runs, events)
+            monitoring = MonitoringService(MonitoringRepository(pool, outbox), outbox)
 
             bus.consume(
                 runs_handlers.CONFIGS_CONSUMER, runs_handlers.RunsBusHandler(runs).on_configs
@@ -101,6 +113,7 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
 
             app.state.runs, app.state.metrics, app.state.events = runs, metrics, events
             app.state.heartbeats = heartbeats
+            app.state.goodput, app.state.monitoring = goodput, monitoring
             app.state.operations = OperationsService(operations)
             app.state.tokens, app.state.tokens_service = directory, tokens
             checks.update(nats=bus.healthy, database=lambda: database_ok(pool))
@@ -109,10 +122,12 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
 
     app = create_http_app(SERVICE, lifespan, checks)
     for router in (
+        goodput_handlers.router,  # before runs: `{run_id}` would also match `x:goodput`
         runs_handlers.router,
         metrics_handlers.router,
         events_handlers.router,
         heartbeats_handlers.router,
+        monitoring_handlers.router,
         operations_handlers.router,
         tokens_handlers.router,
     ):

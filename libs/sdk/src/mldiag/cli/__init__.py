@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from mldiag.api_client import ApiError, ApiUnreachable
+from mldiag.cli.agent import add_agent_command
 from mldiag.cli.output import Format
 from mldiag.cli.registry import (
     Context,
@@ -23,6 +24,7 @@ from mldiag.cli.registry import (
     client_from_args,
 )
 from mldiag.cli.stack import add_stack_commands, config_from_args, supervisor_command
+from mldiag.cli.supervise import add_run_command
 from mldiag.local.errors import LocalStackError
 
 __all__ = ["build_parser", "config_from_args", "main", "supervisor_command"]
@@ -41,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_stack_commands(commands)
     add_api_commands(commands)
+    add_run_command(commands)
+    add_agent_command(commands)
     return parser
 
 

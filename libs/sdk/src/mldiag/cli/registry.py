@@ -1,5 +1,6 @@
-"""The commands that talk to the run-registry API: ``runs``, ``metrics``, ``operations`` and
-``configs``. Each prints a table for a person, or the API's body for ``--format json|yaml``.
+"""The commands that talk to the run-registry API: ``runs``, ``metrics``, ``operations``,
+``configs``, and (from :mod:`mldiag.cli.events` and :mod:`mldiag.cli.rules`) ``events`` and
+``rules``. Each prints a table for a person, or the API's body for ``--format json|yaml``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mldiag.api_client import DEFAULT_API_URL, JsonObject, RegistryClient
+from mldiag.cli.events import add_events_commands, add_goodput_verb
 from mldiag.cli.output import (
     FORMATS,
     Format,
@@ -23,6 +25,7 @@ from mldiag.cli.output import (
     render_table,
     short_time,
 )
+from mldiag.cli.rules import add_rules_commands
 from mldiag.credentials import resolve_token
 
 PHASES = ("ACTIVE", "COMPLETED", "FAILED")
@@ -152,7 +155,8 @@ def _nest(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def add_api_commands(commands: Any) -> None:
-    """Add ``runs``, ``metrics``, ``operations`` and ``configs`` to ``mldiag``'s commands."""
+    """Add ``runs``, ``metrics``, ``operations``, ``configs``, ``events`` and ``rules`` to
+    ``mldiag``'s commands."""
     options = argparse.ArgumentParser(add_help=False)
     add_global_options(options, suppress=True)
 
@@ -173,6 +177,8 @@ def add_api_commands(commands: Any) -> None:
     _add_metrics(group("metrics", "read a run's metrics"), verb)
     _add_operations(group("operations", "inspect the operations run writes return"), verb)
     _add_configs(group("configs", "compare runs' configs"), verb)
+    add_events_commands(group("events", "list and describe workload events"), verb)
+    add_rules_commands(group("rules", "override the detection rules' thresholds"), verb)
     tokens_help = "create, list and revoke API tokens (admins only)"
     tokens = group("auth", "manage access to the API").add_parser(
         "tokens", help=tokens_help, description=tokens_help
@@ -247,6 +253,8 @@ def _add_runs(verbs: Any, verb: Any) -> None:
     delete = verb(verbs, "delete", _runs_delete, "delete a run (soft: its id stays taken)")
     delete.add_argument("run", metavar="RUN")
     delete.add_argument("--etag", default="", help="refuse if the run changed since this etag")
+
+    add_goodput_verb(verbs, verb)
 
 
 def _add_metrics(verbs: Any, verb: Any) -> None:

@@ -1,8 +1,9 @@
-"""HTTP routes of a run's events and analyses, and the consumers that record them."""
+"""HTTP routes of workload events (``monitoredEvents``) and analyses, and the consumers that
+record them."""
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.http import ContractResponse
@@ -11,7 +12,8 @@ from mldiag_run_registry.resources import ParentDep, route
 from mldiag_schemas import bus
 from mldiag_schemas.analyses import AnalysisCompleted, ListAnalysesResponse
 from mldiag_schemas.auth import Permission
-from mldiag_schemas.events import ListEventsResponse, WorkloadEventOpened
+from mldiag_schemas.envelope import Envelope
+from mldiag_schemas.events import WorkloadEventOpened, WorkloadEventResolved, WorkloadEventUpdated
 
 router = APIRouter()
 
@@ -22,13 +24,65 @@ def _service(request: Request) -> EventsService:
 
 
 ServiceDep = Annotated[EventsService, Depends(_service)]
+FilterQuery = Annotated[str, Query(alias="filter")]
+PageSizeQuery = Annotated[int | None, Query(alias="pageSize")]
+PageTokenQuery = Annotated[str, Query(alias="pageToken")]
 
 
-@route(router, "GET", "/machineLearningRuns/{run_id}/events", Permission.RUNS_GET)
-async def list_events(run_id: str, parent: ParentDep, service: ServiceDep) -> Response:
-    """The workload events of a run."""
-    events = await service.list_events(parent.project, parent.location, run_id)
-    return ContractResponse(ListEventsResponse(events=events))
+@route(router, "GET", "/monitoredEvents", Permission.RUNS_GET)
+async def list_parent_events(
+    parent: ParentDep,
+    service: ServiceDep,
+    filter_text: FilterQuery = "",
+    page_size: PageSizeQuery = None,
+    page_token: PageTokenQuery = "",
+) -> Response:
+    """The events of every live run under the parent, newest first."""
+    page = await service.list_events(
+        parent.project,
+        parent.location,
+        filter_text=filter_text,
+        requested_size=page_size,
+        page_token=page_token,
+    )
+    return ContractResponse(page)
+
+
+async def list_events(
+    run_id: str,
+    parent: ParentDep,
+    service: ServiceDep,
+    filter_text: FilterQuery = "",
+    page_size: PageSizeQuery = None,
+    page_token: PageTokenQuery = "",
+) -> Response:
+    """The events of a run, newest first."""
+    page = await service.list_events(
+        parent.project,
+        parent.location,
+        run_id,
+        filter_text=filter_text,
+        requested_size=page_size,
+        page_token=page_token,
+    )
+    return ContractResponse(page)
+
+
+# `/events` is the route's first name, kept as an alias.
+for _path in (
+    "/machineLearningRuns/{run_id}/monitoredEvents",
+    "/machineLearningRuns/{run_id}/events",
+):
+    route(router, "GET", _path, Permission.RUNS_GET)(list_events)
+
+
+@route(
+    router, "GET", "/machineLearningRuns/{run_id}/monitoredEvents/{event_id}", Permission.RUNS_GET
+)
+async def get_event(run_id: str, event_id: str, parent: ParentDep, service: ServiceDep) -> Response:
+    """One event of a run (404 ``event_not_found``)."""
+    event = await service.get_event(parent.project, parent.location, run_id, event_id)
+    return ContractResponse(event)
 
 
 @route(router, "GET", "/machineLearningRuns/{run_id}/analyses", Permission.RUNS_GET)
@@ -40,10 +94,12 @@ async def list_analyses(run_id: str, parent: ParentDep, service: ServiceDep) -> 
 
 EVENTS_CONSUMER = ConsumerSpec(
     stream=bus.EVENTS,
-    subject=bus.WORKLOAD_EVENT_OPENED + ".*",
+    subject=bus.WORKLOAD_EVENTS + ".*.*",
     durable=bus.REGISTRY_EVENTS_DURABLE,
-    message_type=WorkloadEventOpened,
+    message_type=Envelope,
 )
+"""Every event-life message: opened, updated and resolved (the handler keeps the highest
+revision of each event)."""
 
 ANALYSES_CONSUMER = ConsumerSpec(
     stream=bus.ANALYSES,
@@ -52,6 +108,8 @@ ANALYSES_CONSUMER = ConsumerSpec(
     message_type=AnalysisCompleted,
 )
 
+_EVENT_CHANGES = (WorkloadEventOpened, WorkloadEventUpdated, WorkloadEventResolved)
+
 
 class EventsBusHandler:
     """Records events and analyses as they are published."""
@@ -59,9 +117,15 @@ class EventsBusHandler:
     def __init__(self, service: EventsService) -> None:
         self._service = service
 
-    async def on_events(self, deliveries: list[Delivery[WorkloadEventOpened]]) -> None:
-        """Record workload events."""
-        await self._service.store_events([delivery.message.event for delivery in deliveries])
+    async def on_events(self, deliveries: list[Delivery[Envelope]]) -> None:
+        """Record event revisions (other message types on these subjects are ignored)."""
+        events = [
+            delivery.message.event
+            for delivery in deliveries
+            if isinstance(delivery.message, _EVENT_CHANGES)
+        ]
+        if events:
+            await self._service.store_events(events)
 
     async def on_analyses(self, deliveries: list[Delivery[AnalysisCompleted]]) -> None:
         """Record analyses."""

@@ -6,13 +6,14 @@ snake_case the official SDK sends (``update_mask``, ``allow_missing``).
 """
 
 import json
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.errors import InvalidArgument
-from mldiag_platform.http import ContractResponse, parse_body, read_body
+from mldiag_platform.http import ContractResponse, parse_body
+from mldiag_run_registry.monitoring.errors import InvalidMonitoringRules
 from mldiag_run_registry.resources import ParentDep, route
 from mldiag_run_registry.runs.service import RunService
 from mldiag_schemas import bus
@@ -49,6 +50,20 @@ def _flag(request: Request, camel: str, snake: str) -> bool:
     raise InvalidArgument(f"{camel} must be true or false, got {value!r}")
 
 
+ModelT = TypeVar("ModelT", CreateRunRequest, UpdateRunRequest)
+
+
+def _run_body(model: type[ModelT], raw: bytes) -> ModelT:
+    """Parse a run body; a mistake inside ``monitoring`` (an unknown rule, a threshold that
+    is not a number) is ``invalid_monitoring_rules``, like the checks after parsing."""
+    try:
+        return parse_body(model, raw)
+    except InvalidArgument as error:
+        if any(str(d.get("field", "")).startswith("monitoring") for d in error.details):
+            raise InvalidMonitoringRules(error.message, details=error.details) from None
+        raise
+
+
 def _is_self_hosted(raw: bytes) -> bool:
     """The official SDK's bodies carry a ``workload`` object (ours: ``workloadDetails``)."""
     try:
@@ -61,7 +76,7 @@ def _is_self_hosted(raw: bytes) -> bool:
 @route(router, "POST", "/machineLearningRuns", Permission.RUNS_CREATE)
 async def create_run(request: Request, parent: ParentDep, service: ServiceDep) -> Response:
     """Create a run; answers the done create operation (its ``response`` is the run)."""
-    body = await read_body(request, CreateRunRequest)
+    body = _run_body(CreateRunRequest, await request.body())
     return ContractResponse(await service.create_run(parent.project, parent.location, body))
 
 
@@ -135,7 +150,7 @@ async def update_run(
             parent.project, parent.location, run_id, sdk_body
         )
         return ContractResponse(view)
-    body = parse_body(UpdateRunRequest, raw)
+    body = _run_body(UpdateRunRequest, raw)
     operation = await service.update_run(
         parent.project,
         parent.location,

@@ -13,6 +13,7 @@ from mldiag_run_registry.filtering import Comparison, Expr, OrderKey, render_whe
 from mldiag_run_registry.operations.repository import OperationsRepository
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.ids import run_name
+from mldiag_schemas.monitoring import MonitoringRules
 from mldiag_schemas.operations import Operation
 from mldiag_schemas.runs import (
     Artifacts,
@@ -49,9 +50,17 @@ _COLUMNS = (
     "cluster_id",
     "creator",
     "metrics_summary",
+    "monitoring",
 )
 _SELECT = ", ".join(_COLUMNS)
-_JSONB = {"labels", "artifacts", "workload_details", "error_details", "metrics_summary"}
+_JSONB = {
+    "labels",
+    "artifacts",
+    "workload_details",
+    "error_details",
+    "metrics_summary",
+    "monitoring",
+}
 _PLACEHOLDERS = ", ".join(
     f"${i}::jsonb" if name in _JSONB else f"${i}" for i, name in enumerate(_COLUMNS, start=1)
 )
@@ -105,6 +114,7 @@ def _run_from(row: asyncpg.Record) -> Run:
         cluster_id=row["cluster_id"],
         creator=row["creator"],
         metrics=RunMetricsSummary.model_validate_json(row["metrics_summary"]),
+        monitoring=MonitoringRules.model_validate_json(row["monitoring"]),
     )
 
 
@@ -132,6 +142,7 @@ def _values(project: str, location: str, run: Run) -> tuple[object, ...]:
         run.cluster_id,
         run.creator,
         run.metrics.model_dump_json(),
+        run.monitoring.model_dump_json(),
     )
 
 

@@ -31,6 +31,7 @@ from mldiag_run_registry.filtering import (
     parse_filter,
     parse_order_by,
 )
+from mldiag_run_registry.monitoring.service import check_rules
 from mldiag_run_registry.operations.service import new_operation_id
 from mldiag_run_registry.paging import decode_token, encode_token, page_size
 from mldiag_run_registry.runs import configs
@@ -48,6 +49,7 @@ from mldiag_run_registry.runs.errors import (
 from mldiag_run_registry.runs.repository import RunRepository
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.ids import derived_id, is_run_id, new_run_id, run_name
+from mldiag_schemas.monitoring import MonitoringRules
 from mldiag_schemas.operations import Operation, OperationMetadata, OperationVerb
 from mldiag_schemas.runs import (
     Artifacts,
@@ -127,6 +129,7 @@ _SETTABLE = (
     "workload_details",
     "run_phase",
     "error_details",
+    "monitoring",
     "workload_id",
     "logical_id",
 )
@@ -225,6 +228,9 @@ def _masked_changes(run: Run, body: UpdateRunRequest, paths: list[str]) -> dict[
             changes[path] = body.workload_details or WorkloadDetails()
         elif path == "error_details":
             changes[path] = body.error_details
+        elif path == "monitoring":
+            changes[path] = body.monitoring or MonitoringRules()
+            check_rules(changes[path])
         elif path in ("workload_id", "logical_id"):
             changes[path] = getattr(body, path) or ""
     return changes
@@ -241,6 +247,7 @@ class RunService:
 
     async def create_run(self, project: str, location: str, request: CreateRunRequest) -> Operation:
         """Create a run and announce it once committed; a done create operation."""
+        check_rules(request.monitoring)
         now = datetime.now(UTC)
         run_id = request.run_id or new_run_id()
         phase = request.run_phase
@@ -261,6 +268,7 @@ class RunService:
             update_time=now,
             end_time=now if phase.terminal else None,
             error_details=request.error_details,
+            monitoring=request.monitoring,
             workload_id=request.workload_id,
             logical_id=request.logical_id,
         )

@@ -1,0 +1,1 @@
+"""Goodput: productive time against wall time, and where the rest of a run went."""

@@ -1,0 +1,27 @@
+"""HTTP route of a run's goodput."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request, Response
+
+from mldiag_platform.http import ContractResponse
+from mldiag_run_registry.goodput.service import GoodputService
+from mldiag_run_registry.resources import ParentDep, route
+from mldiag_schemas.auth import Permission
+
+router = APIRouter()
+"""Included before the runs' router: ``{run_id}`` alone would also match ``x:goodput``."""
+
+
+def _service(request: Request) -> GoodputService:
+    service: GoodputService = request.app.state.goodput
+    return service
+
+
+ServiceDep = Annotated[GoodputService, Depends(_service)]
+
+
+@route(router, "GET", "/machineLearningRuns/{run_id}:goodput", Permission.RUNS_GET)
+async def goodput(run_id: str, parent: ParentDep, service: ServiceDep) -> Response:
+    """The run's productive time against its wall time, and the buckets of lost time."""
+    return ContractResponse(await service.goodput(parent.project, parent.location, run_id))

@@ -1,0 +1,1 @@
+"""Overrides of the detection rules: per project (its own resource) and per run."""
