@@ -3,6 +3,7 @@
 from event_detector.feed import Feed
 from mldiag_schemas.events import EventType
 from mldiag_schemas.monitoring import MonitoringRules, RuleName, RuleOverride
+from mldiag_schemas.runs import Run, RunPhase, RunPhaseChanged
 
 
 def _duty_run(feed: Feed, samples: int, duty: float, start: int = 1) -> None:
@@ -100,3 +101,42 @@ def test_a_rule_switched_off_for_the_run_stays_quiet() -> None:
     for step in range(1, 40):
         feed.step(step, h0={"step_time": 1.0}, h1={"step_time": 2.0 if step > 10 else 1.0})
     assert feed.opened() == []
+
+
+def test_a_slowdown_in_the_last_flush_after_the_run_ended_is_still_reported() -> None:
+    feed = Feed()
+    for step in range(1, 31):
+        feed.advance(1)
+        feed.step(step, h0={"step_time": 1.0})
+    feed.send(_phase_changed(feed, RunPhase.COMPLETED))
+    feed.send(*(feed.metrics("h0", step, {"step_time": 2.0}) for step in range(31, 41)))
+    [event] = feed.opened()
+    assert event.type is EventType.PERFORMANCE_DEGRADATION
+    assert feed.is_resolved(event)
+
+
+def _phase_changed(feed: Feed, phase: RunPhase) -> RunPhaseChanged:
+    run = Run(
+        name=f"projects/p/locations/l/machineLearningRuns/{feed.run_id}",
+        run_id=feed.run_id,
+        display_name="r",
+        run_set="",
+        labels={},
+        run_phase=phase,
+        state=phase.state,
+        create_time=feed.now,
+        update_time=feed.now,
+    )
+    return RunPhaseChanged(run=run, previous_phase=RunPhase.ACTIVE, occurred_at=feed.now)
+
+
+def test_a_straggler_closed_by_the_run_end_is_not_reopened_by_its_late_steps() -> None:
+    feed = Feed()
+    for step in range(1, 30):
+        feed.step(step, h0={"step_time": 1.0}, h1={"step_time": 1.0}, h2={"step_time": 2.0})
+    [event] = feed.opened()
+    feed.send(_phase_changed(feed, RunPhase.COMPLETED))  # process 0 is done first
+    for step in range(30, 50):
+        feed.step(step, h2={"step_time": 2.0})
+    assert feed.opened() == [event]
+    assert feed.is_resolved(event)

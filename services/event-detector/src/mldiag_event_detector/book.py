@@ -90,13 +90,16 @@ class EventBook:
         """Whether an event is open under ``key``."""
         return key in self.state.open_events
 
-    def hold(self, finding: Finding, now: datetime, *, news: bool = False) -> WorkloadEvent:
+    def hold(self, finding: Finding, now: datetime, *, news: bool = False) -> WorkloadEvent | None:
         """The condition holds: open the event, or update it when it changed enough.
 
         ``news`` marks a change worth announcing whatever the numbers say (a new cause).
+        Returns the event as it stands (None when the run's end already closed it).
         """
         current = self.state.open_events.get(finding.key)
         if current is None:
+            if not self.state.active and finding.key in self.state.ended_keys:
+                return None  # the run's end closed it; telemetry that lags behind is no news
             return self._open(finding, now)
         grew = finding.time_lost_seconds - current.time_lost_seconds
         changed = (
@@ -153,6 +156,8 @@ class EventBook:
         """The run ended: nothing of it is still happening."""
         for key in list(self.state.open_events):
             self.clear(key, now, facts={"resolvedBy": "run ended"})
+            if key not in self.state.ended_keys:
+                self.state.ended_keys.append(key)
 
     def instant(self, finding: Finding, now: datetime) -> WorkloadEvent:
         """An event that starts and ends at once (a termination)."""

@@ -103,8 +103,12 @@ def fold(state: RunState, project: MonitoringRules, messages: Sequence[Envelope]
                         f" {_last_step(state)}"
                     )
                     del state.config_changes[:-20]
-    if touched and latest is not None and state.active:
+    if touched and latest is not None and state.phase != "DELETED":
+        # Telemetry that arrives after the run ended (its last flush races the phase change)
+        # still describes the run: judge it, then close what it opened at the end.
         _level_rules(book, latest, touched)
+        if not state.active:
+            book.clear_all(state.ended_at or latest)
     return Folded(book.messages, liveness.next_check(book))
 
 

@@ -108,6 +108,7 @@ class HostState(State):
     sm_clock: Gauge = Field(default_factory=Gauge)
     throttled: bool = False
     straggler_streak: int = 0
+    healthy_streak: int = 0
     straggler_checked_at: int = 0
     heartbeats: dict[str, Heartbeat] = Field(default_factory=dict)
     """By process index."""
@@ -139,6 +140,10 @@ class RunState(State):
     project: str = ""
     location: str = ""
     phase: str = "ACTIVE"
+    ended_at: datetime | None = None
+    """When the run last ended (its phase left ACTIVE)."""
+    ended_keys: list[str] = Field(default_factory=list)
+    """Rule keys whose events the run's end resolved: late telemetry must not reopen them."""
     first_seen_at: datetime | None = None
     """Server time of the run's first message."""
     first_point_at: datetime | None = None

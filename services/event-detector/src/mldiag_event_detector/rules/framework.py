@@ -182,10 +182,20 @@ def config_drift(book: EventBook, now: datetime) -> None:
     if not differing:
         book.clear(DRIFT, now)
         return
-    # The hosts outside the most common fingerprint are the ones that drifted.
-    common, _ = Counter(
-        tuple(sorted(fingerprint.items())) for fingerprint in prints.values()
-    ).most_common(1)[0]
+    # The hosts outside the most common fingerprint drifted; on a tie, process 0's host (the
+    # coordinator) is the reference.
+    counts = Counter(tuple(sorted(fingerprint.items())) for fingerprint in prints.values())
+    coordinator = next(
+        (name for name, host in sorted(book.state.hosts.items()) if "0" in host.heartbeats),
+        None,
+    )
+
+    def rank(item: tuple[tuple[tuple[str, str], ...], int]) -> tuple[int, bool]:
+        fingerprint, count = item
+        reference = coordinator is not None and dict(fingerprint) == prints.get(coordinator)
+        return count, reference
+
+    common = max(counts.items(), key=rank)[0]
     drifted = sorted(name for name, fp in prints.items() if tuple(sorted(fp.items())) != common)
     book.hold(
         Finding(

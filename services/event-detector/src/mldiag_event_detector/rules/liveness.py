@@ -327,10 +327,13 @@ def on_phase(book: EventBook, phase: str, error: ErrorDetails | None, at: dateti
     was_active = state.active
     state.phase = phase
     if phase == "ACTIVE":
+        state.ended_at = None
+        state.ended_keys.clear()
         if not was_active:
             state.incarnation += 1
             state.note(f"{at.isoformat()} run active again")
         return
+    state.ended_at = at
     if phase == "FAILED":
         message = error.message if error else ""
         code = error.code if error else None

@@ -168,19 +168,23 @@ def straggler(book: EventBook, now: datetime, touched: set[str]) -> None:
     }
     if len(recent) < 2:
         return
+    noise = median([mad(state.hosts[name].pace.values[-window:]) for name in recent])
     for name in sorted(touched & set(recent)):
         host = state.hosts[name]
         if host.pace.seen - host.straggler_checked_at < window:
             continue  # judge each window once
         host.straggler_checked_at = host.pace.seen
         peers = [value for other, value in recent.items() if other != name]
-        centre, spread = median(peers), mad(peers)
-        mine = recent[name]
+        centre, mine = median(peers), recent[name]
+        # The spread to beat: between peers, and (with few peers that says little) the steps'
+        # own jitter within a window, pooled over hosts.
+        spread = max(mad(peers), noise)
         # Pace is seconds per step (1/throughput when only throughput is logged): higher is slower.
         slow = mine > centre * (1 + rule["minSlowdown"]) and (
             mine > centre + rule["madFactor"] * spread
         )
         host.straggler_streak = host.straggler_streak + 1 if slow else 0
+        host.healthy_streak = 0 if slow else host.healthy_streak + 1
         key = f"straggler:{name}"
         if host.straggler_streak >= rule["windows"]:
             event = state.open_events.get(key)
@@ -219,5 +223,6 @@ def straggler(book: EventBook, now: datetime, touched: set[str]) -> None:
                 ),
                 now,
             )
-        elif host.straggler_streak == 0:
+        elif host.healthy_streak >= rule["windows"]:
+            # As many healthy windows to resolve as slow ones to open: no flapping.
             book.clear(key, now)
