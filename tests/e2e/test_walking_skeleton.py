@@ -176,9 +176,10 @@ def test_points_event_and_analysis_come_back_through_the_api(stack: Stack) -> No
         f"{stack.api}/v1/machineLearningRuns/{run_id}/analyses", "analyses", stack.auth
     )
     assert analysis["eventId"] == event["eventId"]
-    [report] = analysis["reports"]  # type: ignore[misc]
-    assert report["detectionState"] == "DETECTED"
-    assert "last finite value was 0.7 at step 2" in report["details"]
+    reports = {report["analyzer"]: report for report in analysis["reports"]}  # type: ignore[attr-defined]
+    assert analysis["analyzerInsightFound"] is True
+    assert reports["numerical-instability"]["detectionState"] == "DETECTED"
+    assert "0.7 at step 2" in reports["numerical-instability"]["details"]
 
 
 def test_xprof_instance_starts_and_stops(stack: Stack) -> None:

@@ -117,7 +117,7 @@ RULES: dict[RuleName, RuleSpec] = {
             madFactor=Threshold(3.0, "MADs of the peers above their median."),
             minSlowdown=Threshold(0.15, "Smallest relative slowdown worth an event."),
             windowSteps=Threshold(5, "Steps per window."),
-            windows=Threshold(2, "Consecutive slow windows needed."),
+            windows=Threshold(3, "Consecutive slow windows needed (as many healthy ones resolve)."),
         ),
         _spec(
             RuleName.HANG,

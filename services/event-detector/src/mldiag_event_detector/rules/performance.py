@@ -155,74 +155,98 @@ def _shown(pace: float, throughput: bool) -> float:
 
 
 def straggler(book: EventBook, now: datetime, touched: set[str]) -> None:
-    """A host whose recent median step time sits well above its peers' for several windows."""
+    """A host whose step time sits well above its peers' over the same steps, for several
+    windows in a row. Every complete window a batch brings is judged, in step order."""
     state = book.state
     if not book.policy.enabled(RuleName.STRAGGLER):
         return
     rule = book.policy.thresholds(RuleName.STRAGGLER)
     window = int(rule["windowSteps"])
-    recent = {
-        name: median(host.pace.values[-window:])
-        for name, host in state.hosts.items()
-        if len(host.pace.values) >= window
-    }
-    if len(recent) < 2:
+    paced = {name: host for name, host in state.hosts.items() if len(host.pace.values) >= window}
+    if len(paced) < 2:
         return
-    noise = median([mad(state.hosts[name].pace.values[-window:]) for name in recent])
-    for name in sorted(touched & set(recent)):
-        host = state.hosts[name]
-        if host.pace.seen - host.straggler_checked_at < window:
-            continue  # judge each window once
-        host.straggler_checked_at = host.pace.seen
-        peers = [value for other, value in recent.items() if other != name]
-        centre, mine = median(peers), recent[name]
-        # The spread to beat: between peers, and (with few peers that says little) the steps'
-        # own jitter within a window, pooled over hosts.
-        spread = max(mad(peers), noise)
-        # Pace is seconds per step (1/throughput when only throughput is logged): higher is slower.
-        slow = mine > centre * (1 + rule["minSlowdown"]) and (
-            mine > centre + rule["madFactor"] * spread
-        )
-        host.straggler_streak = host.straggler_streak + 1 if slow else 0
-        host.healthy_streak = 0 if slow else host.healthy_streak + 1
-        key = f"straggler:{name}"
-        if host.straggler_streak >= rule["windows"]:
-            event = state.open_events.get(key)
-            slowdown = mine / centre - 1
-            book.hold(
-                Finding(
-                    rule=RuleName.STRAGGLER,
-                    key=key,
-                    type=EventType.STRAGGLER,
-                    severity=Severity.WARNING,
-                    display_name=f"Host {name or '(unnamed)'} is {slowdown:.0%} slower"
-                    f" than its {len(peers)} peer(s)",
-                    start_time=now,
-                    hosts=[name],
-                    evidence=Evidence(
-                        metric=THROUGHPUT if host.pace_is_throughput else STEP_TIME,
-                        host=name,
-                        first_bad_step=(
-                            event.evidence.first_bad_step if event else host.pace.steps[-window]
-                        ),
-                        windows=[
-                            MetricWindow(
-                                metric=STEP_TIME,
-                                host=name,
-                                start_step=host.pace.steps[-window],
-                                end_step=host.pace.steps[-1],
-                                observed=mine,
-                                baseline=centre,
-                                count=window,
-                            )
-                        ],
-                        facts={"slowdown": slowdown, "peers": len(peers)},
-                    ),
-                    # Synchronous steps go at the slowest host's pace.
-                    time_lost_seconds=_elapsed(book, key, now) * slowdown / (1 + slowdown),
+    by_step = {
+        name: dict(zip(h.pace.steps, h.pace.values, strict=True)) for name, h in paced.items()
+    }
+    # The steps' own jitter within a window, pooled over hosts: with few peers, their spread
+    # says little about what "slower" means.
+    noise = median([mad(host.pace.values[-window:]) for host in paced.values()])
+    for name in sorted(touched & set(paced)):
+        host = paced[name]
+        unjudged = min(host.pace.seen - host.straggler_checked_at, len(host.pace.values))
+        for end in range(
+            len(host.pace.values) - unjudged + window, len(host.pace.values) + 1, window
+        ):
+            steps = host.pace.steps[end - window : end]
+            mine = median(host.pace.values[end - window : end])
+            peers = [
+                _peer_pace(by_step[other], steps, paced[other], window)
+                for other in paced
+                if other != name
+            ]
+            _judge_window(book, name, host, steps, mine, peers, noise, rule, now)
+        host.straggler_checked_at = host.pace.seen - (unjudged % window)
+
+
+def _peer_pace(values: dict[int, float], steps: list[int], peer: HostState, window: int) -> float:
+    """A peer's median over the same steps; its latest window while it has not got there."""
+    aligned = [values[step] for step in steps if step in values]
+    return median(aligned) if len(aligned) * 2 >= len(steps) else median(peer.pace.values[-window:])
+
+
+def _judge_window(
+    book: EventBook,
+    name: str,
+    host: HostState,
+    steps: list[int],
+    mine: float,
+    peers: list[float],
+    noise: float,
+    rule: dict[str, float],
+    now: datetime,
+) -> None:
+    centre = median(peers)
+    spread = max(mad(peers), noise)
+    # Pace is seconds per step (1/throughput when only throughput is logged): higher is slower.
+    slow = mine > centre * (1 + rule["minSlowdown"]) and mine > centre + rule["madFactor"] * spread
+    host.straggler_streak = host.straggler_streak + 1 if slow else 0
+    host.healthy_streak = 0 if slow else host.healthy_streak + 1
+    key = f"straggler:{name}"
+    if host.straggler_streak >= rule["windows"]:
+        event = book.state.open_events.get(key)
+        slowdown = mine / centre - 1
+        book.hold(
+            Finding(
+                rule=RuleName.STRAGGLER,
+                key=key,
+                type=EventType.STRAGGLER,
+                severity=Severity.WARNING,
+                display_name=f"Host {name or '(unnamed)'} is {slowdown:.0%} slower"
+                f" than its {len(peers)} peer(s)",
+                start_time=now,
+                hosts=[name],
+                evidence=Evidence(
+                    metric=THROUGHPUT if host.pace_is_throughput else STEP_TIME,
+                    host=name,
+                    first_bad_step=event.evidence.first_bad_step if event else steps[0],
+                    windows=[
+                        MetricWindow(
+                            metric=STEP_TIME,
+                            host=name,
+                            start_step=steps[0],
+                            end_step=steps[-1],
+                            observed=mine,
+                            baseline=centre,
+                            count=len(steps),
+                        )
+                    ],
+                    facts={"slowdown": slowdown, "peers": len(peers)},
                 ),
-                now,
-            )
-        elif host.healthy_streak >= rule["windows"]:
-            # As many healthy windows to resolve as slow ones to open: no flapping.
-            book.clear(key, now)
+                # Synchronous steps go at the slowest host's pace.
+                time_lost_seconds=_elapsed(book, key, now) * slowdown / (1 + slowdown),
+            ),
+            now,
+        )
+    elif host.healthy_streak >= rule["windows"]:
+        # As many healthy windows to resolve as slow ones to open: no flapping.
+        book.clear(key, now)
