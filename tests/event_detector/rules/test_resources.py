@@ -1,7 +1,10 @@
 """Resources: accelerator memory pressure and host memory exhaustion, by host."""
 
+import uuid
+
 from event_detector.feed import Feed
 from mldiag_schemas.events import EventType, Severity
+from mldiag_schemas.telemetry import MetricColumns, MetricPointsReceived
 
 
 def test_accelerator_memory_above_95_percent_on_one_device_opens_for_its_host() -> None:
@@ -32,3 +35,20 @@ def test_host_memory_exhaustion() -> None:
     [event] = feed.opened()
     assert event.type is EventType.HOST_RESOURCE_EXHAUSTION
     assert event.hosts == ["h0"]
+
+
+def test_points_without_times_are_samples_by_step() -> None:
+    # A plain HTTP write may leave times out: its steps are still separate samples.
+    feed = Feed()
+    untimed = MetricColumns(name="hbm_utilization", host="h0", steps=[20, 21], values=[98.0, 98.5])
+    feed.send(
+        MetricPointsReceived(
+            run_id=feed.run_id,
+            batch_id=uuid.uuid4(),
+            chunk=0,
+            occurred_at=feed.now,
+            series=[untimed],
+        )
+    )
+    [event] = feed.opened()
+    assert event.type is EventType.ACCELERATOR_MEMORY_PRESSURE

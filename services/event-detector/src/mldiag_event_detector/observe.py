@@ -28,14 +28,22 @@ def _time(columns: MetricColumns, index: int, default: datetime) -> datetime:
 def _per_sample(
     columns: Iterable[MetricColumns], combine: Callable[[list[float]], float]
 ) -> list[float]:
-    """One value per sample time across a host's devices (mean, max or min of them)."""
-    by_time: dict[int, list[float]] = defaultdict(list)
+    """One value per sample across a host's devices (mean, max or min of them).
+
+    A sample is a point in time; points written without times (the ingestion does not stamp
+    them) are told apart by their step, so two steps in one write stay two samples.
+    """
+    by_sample: dict[tuple[bool, int], list[float]] = defaultdict(list)
     for series in columns:
-        times = series.times_unix_us or [0] * len(series.values)
-        for at, value in zip(times, series.values, strict=True):
+        keys = (
+            [(True, at) for at in series.times_unix_us]
+            if series.times_unix_us is not None
+            else [(False, step) for step in series.steps]
+        )
+        for key, value in zip(keys, series.values, strict=True):
             if math.isfinite(value):
-                by_time[at].append(value)
-    return [combine(by_time[at]) for at in sorted(by_time)]
+                by_sample[key].append(value)
+    return [combine(by_sample[key]) for key in sorted(by_sample)]
 
 
 def _gauge(gauge: Gauge, samples: list[float], warmup: int = 0, baseline: int = 0) -> None:
