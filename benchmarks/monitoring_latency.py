@@ -205,9 +205,7 @@ def _inject(platform: Platform, run_id: str, kind: str) -> None:
         platform.write(run_id, [_series("hbm_utilization", "h0", [20, 21], [98.0, 98.5])])
 
 
-def _injections(
-    platform: Platform, count: int
-) -> tuple[dict[str, list[float]], list[float], int]:
+def _injections(platform: Platform, count: int) -> tuple[dict[str, list[float]], list[float], int]:
     kinds = {
         "nan": "NUMERICAL_INSTABILITY",
         "exception": "TERMINATION",
