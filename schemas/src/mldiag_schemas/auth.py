@@ -26,6 +26,11 @@ class Permission(enum.StrEnum):
     OPERATIONS_LIST = "operations.list"
     OPERATIONS_CANCEL = "operations.cancel"
     OPERATIONS_DELETE = "operations.delete"
+    PROFILER_SESSIONS_CREATE = "profilerSessions.create"
+    PROFILER_SESSIONS_GET = "profilerSessions.get"
+    PROFILER_SESSIONS_LIST = "profilerSessions.list"
+    PROFILER_TARGETS_CREATE = "profilerTargets.create"
+    PROFILER_TARGETS_LIST = "profilerTargets.list"
     XPROF_CREATE = "xprofInstances.create"
     XPROF_GET = "xprofInstances.get"
     XPROF_LIST = "xprofInstances.list"
@@ -54,6 +59,9 @@ _VIEWER = frozenset(
         Permission.RUNS_LIST,
         Permission.OPERATIONS_GET,
         Permission.OPERATIONS_LIST,
+        Permission.PROFILER_SESSIONS_GET,
+        Permission.PROFILER_SESSIONS_LIST,
+        Permission.PROFILER_TARGETS_LIST,
         Permission.XPROF_GET,
         Permission.XPROF_LIST,
         # Opening a run's profiles starts an XProf instance: reading, not changing the run.
@@ -66,6 +74,9 @@ _EDITOR = _VIEWER | {
     Permission.RUNS_DELETE,
     Permission.METRICS_WRITE,
     Permission.CONFIGS_WRITE,
+    # Reporting a programmatic trace, registering targets, asking for a capture.
+    Permission.PROFILER_SESSIONS_CREATE,
+    Permission.PROFILER_TARGETS_CREATE,
     Permission.OPERATIONS_CANCEL,
     Permission.OPERATIONS_DELETE,
     Permission.XPROF_DELETE,

@@ -19,7 +19,18 @@ from mldiag_schemas.goodput import GoodputResponse
 from mldiag_schemas.messages import MESSAGE_TYPES, SUBJECT_OF
 from mldiag_schemas.monitoring import ProjectMonitoringRules
 from mldiag_schemas.operations import ListOperationsResponse, Operation, WaitOperationRequest
-from mldiag_schemas.profiling import ListXProfInstancesResponse, StartXProfRequest, XProfInstance
+from mldiag_schemas.profiling import (
+    CaptureProfileRequest,
+    ListProfilerSessionsResponse,
+    ListProfilerTargetsResponse,
+    ListXProfInstancesResponse,
+    ProfilerSession,
+    ProfilerSessionReport,
+    ProfilerTarget,
+    RegisterProfilerTargetRequest,
+    StartXProfRequest,
+    XProfInstance,
+)
 from mldiag_schemas.runs import (
     ConfigsDiffResponse,
     CreateRunRequest,
@@ -68,6 +79,13 @@ RESOURCE_TYPES: tuple[type[BaseModel], ...] = (
     ListAnalysesResponse,
     GoodputResponse,
     ProjectMonitoringRules,
+    ProfilerSession,
+    ListProfilerSessionsResponse,
+    ProfilerSessionReport,
+    CaptureProfileRequest,
+    ProfilerTarget,
+    RegisterProfilerTargetRequest,
+    ListProfilerTargetsResponse,
     StartXProfRequest,
     XProfInstance,
     ListXProfInstancesResponse,

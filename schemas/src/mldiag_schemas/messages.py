@@ -10,7 +10,14 @@ from mldiag_schemas.analyses import AnalysisCompleted
 from mldiag_schemas.envelope import Envelope, upcast
 from mldiag_schemas.events import WorkloadEventOpened, WorkloadEventResolved, WorkloadEventUpdated
 from mldiag_schemas.monitoring import MonitoringRulesChanged
-from mldiag_schemas.profiling import ProfileCaptureRequested, XProfInstanceChanged
+from mldiag_schemas.profiling import (
+    CaptureProfile,
+    ProfileCaptureFinished,
+    ProfileCaptureRequested,
+    ProfilerSessionChanged,
+    ProfilerSessionReported,
+    XProfInstanceChanged,
+)
 from mldiag_schemas.runs import (
     RunConfigsReported,
     RunCreated,
@@ -41,6 +48,10 @@ BusMessage = Annotated[
     | WorkloadEventResolved
     | AnalysisCompleted
     | ProfileCaptureRequested
+    | CaptureProfile
+    | ProfileCaptureFinished
+    | ProfilerSessionReported
+    | ProfilerSessionChanged
     | XProfInstanceChanged,
     Field(discriminator="type"),
 ]
@@ -62,6 +73,10 @@ MESSAGE_TYPES: tuple[type[Envelope], ...] = (
     WorkloadEventResolved,
     AnalysisCompleted,
     ProfileCaptureRequested,
+    CaptureProfile,
+    ProfileCaptureFinished,
+    ProfilerSessionReported,
+    ProfilerSessionChanged,
     XProfInstanceChanged,
 )
 """The message classes, in documentation order."""
@@ -82,6 +97,10 @@ SUBJECT_OF: dict[type[Envelope], str] = {
     WorkloadEventResolved: bus.WORKLOAD_EVENT_RESOLVED,
     AnalysisCompleted: bus.ANALYSIS_COMPLETED,
     ProfileCaptureRequested: bus.PROFILE_CAPTURE_REQUESTED,
+    CaptureProfile: bus.CAPTURE_PROFILE,
+    ProfileCaptureFinished: bus.PROFILE_CAPTURE_FINISHED,
+    ProfilerSessionReported: bus.PROFILER_SESSION_REPORTED,
+    ProfilerSessionChanged: bus.PROFILER_SESSION_CHANGED,
     XProfInstanceChanged: bus.XPROF_INSTANCE_CHANGED,
 }
 """Base subject (before namespace and run token) of each message class."""

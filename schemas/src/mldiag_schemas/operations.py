@@ -6,6 +6,7 @@ from datetime import datetime
 from pydantic import Field
 
 from mldiag_schemas.base import Contract
+from mldiag_schemas.profiling import ProfilerSession
 from mldiag_schemas.runs import Run
 
 
@@ -15,12 +16,14 @@ class OperationVerb(enum.StrEnum):
     CREATE = "create"
     UPDATE = "update"
     DELETE = "delete"
+    CAPTURE = "capture"
+    """A profile capture: pending until the xprof-provisioner finishes it."""
 
 
 class OperationMetadata(Contract):
     """What an operation is about and when it ran."""
 
-    verb: OperationVerb = Field(description="create, update or delete.")
+    verb: OperationVerb = Field(description="create, update, delete or capture.")
     target: str = Field(description="Resource name of the resource the operation acts on.")
     create_time: datetime = Field(description="When the operation started.")
     end_time: datetime | None = Field(default=None, description="When it finished.")
@@ -38,13 +41,17 @@ class OperationError(Contract):
 
 class Operation(Contract):
     """A long-running operation. Registry writes finish before they answer, so ``done`` is
-    true on return; operations are still stored so clients can get, list, wait on them.
+    true on return; a capture is done once the xprof-provisioner finished it. Operations are
+    stored so clients can get, list, wait on them.
     """
 
     name: str = Field(description="projects/{p}/locations/{l}/operations/{id}.")
     done: bool = Field(description="Whether it finished (then response or error is set).")
     metadata: OperationMetadata = Field(description="What it is about.")
-    response: Run | None = Field(default=None, description="The resource, when it succeeded.")
+    response: Run | ProfilerSession | None = Field(
+        default=None,
+        description="The resource, when it succeeded: the run, or a capture's session.",
+    )
     error: OperationError | None = Field(default=None, description="Why it failed.")
 
 
