@@ -432,13 +432,14 @@ def test_services_agree_on_the_installation(services: dict[str, dict[str, Any]])
         assert len(values) == 1, f"the services disagree on {name}: {values}"
 
 
-def test_xprof_instances_are_published_on_loopback_and_work_dir_is_a_volume(
+def test_xprof_instances_are_not_published_and_work_dir_is_a_volume(
     services: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # XProf has no authentication: browsers reach it only through the provisioner's proxy.
     platform = next(p for p in PLATFORM if p.service == "xprof-provisioner")
     service = services[platform.service]
     settings: Any = settings_from(platform, _environment(service), monkeypatch)
     published = _container_ports(service)
     for port in settings.instance_ports:
-        assert published.get(port) == "127.0.0.1", f"XProf port {port}: loopback only"
+        assert port not in published, f"XProf port {port} is published"
     assert str(settings.work_dir) in _named_volume_mounts(service).values()

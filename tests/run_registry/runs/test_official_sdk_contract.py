@@ -75,7 +75,7 @@ async def _set_state(api: httpx.AsyncClient, run_id: str, state: str) -> httpx.R
 
 
 async def test_upsert_then_phase_change_as_the_sdk_sends_them(
-    api: httpx.AsyncClient, nats_settings: NatsSettings
+    api: httpx.AsyncClient, nats_settings: NatsSettings, settings: RunRegistrySettings
 ) -> None:
     created = await _upsert(api, _create_body(cluster="cluster-a"))
     assert created.status_code == 200, created.text
@@ -95,6 +95,9 @@ async def test_upsert_then_phase_change_as_the_sdk_sends_them(
         LOGICAL_ID,
     )
     assert run["creator"] == "CREATOR_MANUAL" and run["state"] == "STATE_ACTIVE"
+    # no baseBlobPath sent: the run's artifacts go under the platform's storage root
+    assert run["artifacts"]["gcsPath"] == settings.storage.url
+    assert answer["baseBlobPath"] == settings.storage.url
 
     # every host and every restart upserts the same thing: same run, nothing rewritten
     again = await _upsert(api, _create_body(cluster="cluster-a"))

@@ -29,6 +29,9 @@ from mldiag_run_registry.monitoring.service import MonitoringService
 from mldiag_run_registry.operations import handlers as operations_handlers
 from mldiag_run_registry.operations.repository import OperationsRepository
 from mldiag_run_registry.operations.service import OperationsService
+from mldiag_run_registry.profiles import handlers as profiles_handlers
+from mldiag_run_registry.profiles.repository import ProfilesRepository
+from mldiag_run_registry.profiles.service import ProfilesService
 from mldiag_run_registry.runs import handlers as runs_handlers
 from mldiag_run_registry.runs.repository import RunRepository
 from mldiag_run_registry.runs.service import RunService
@@ -65,6 +68,7 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             *load_migrations(
                 "run-registry-monitoring", "mldiag_run_registry.monitoring.migrations"
             ),
+            *load_migrations("run-registry-profiles", "mldiag_run_registry.profiles.migrations"),
         ]
         async with AsyncExitStack() as stack:
             pool = await stack.enter_async_context(
@@ -84,7 +88,7 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             outbox = Outbox(pool, bus.publisher)
             operations = OperationsRepository(pool)
             run_repository = RunRepository(pool, outbox, operations)
-            runs = RunService(run_repository, outbox)
+            runs = RunService(run_repository, outbox, artifacts_root=settings.storage.url)
             metrics = MetricsService(
                 MetricsRepository(pool, settings.db_schema), runs, run_repository
             )
@@ -92,6 +96,14 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             heartbeats = HeartbeatsService(HeartbeatsRepository(pool), runs)
             goodput = GoodputService(GoodputRepository(pool), runs, events)
             monitoring = MonitoringService(MonitoringRepository(pool, outbox), outbox)
+            profiles = ProfilesService(
+                ProfilesRepository(pool, outbox, operations),
+                runs,
+                run_repository,
+                outbox,
+                storage_root=settings.storage.url,
+                xprof_url=settings.xprof_url,
+            )
 
             bus.consume(
                 runs_handlers.CONFIGS_CONSUMER, runs_handlers.RunsBusHandler(runs).on_configs
@@ -107,6 +119,11 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
                 heartbeats_handlers.HEARTBEATS_CONSUMER,
                 heartbeats_handlers.HeartbeatsBusHandler(heartbeats).on_heartbeats,
             )
+            profiles_bus = profiles_handlers.ProfilesBusHandler(profiles)
+            bus.consume(
+                profiles_handlers.CAPTURE_REQUESTS_CONSUMER, profiles_bus.on_capture_requests
+            )
+            bus.consume(profiles_handlers.SESSIONS_CONSUMER, profiles_bus.on_sessions)
             await bus.start()
             await outbox.flush()  # whatever a crash left staged
             await stack.enter_async_context(running_sweeper(outbox))
@@ -114,6 +131,7 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             app.state.runs, app.state.metrics, app.state.events = runs, metrics, events
             app.state.heartbeats = heartbeats
             app.state.goodput, app.state.monitoring = goodput, monitoring
+            app.state.profiles = profiles
             app.state.operations = OperationsService(operations)
             app.state.tokens, app.state.tokens_service = directory, tokens
             checks.update(nats=bus.healthy, database=lambda: database_ok(pool))
@@ -128,6 +146,7 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
         events_handlers.router,
         heartbeats_handlers.router,
         monitoring_handlers.router,
+        profiles_handlers.router,
         operations_handlers.router,
         tokens_handlers.router,
     ):

@@ -1,5 +1,5 @@
-"""What the registry's parts need from the run resource: whether a run exists, and where a
-run's output-only metric summary goes."""
+"""What the registry's parts need from the run resource: whether a run exists (under a
+parent, or by id alone), and where a run's output-only metric summary goes."""
 
 from typing import Protocol
 
@@ -19,4 +19,12 @@ class SummaryWriter(Protocol):
 
     async def set_metrics_summary(self, run_id: str, summary: RunMetricsSummary) -> None:
         """Replace the run's summary."""
+        ...
+
+
+class RunFinder(Protocol):
+    """Finds a run by id under any parent (bus messages carry only the run id)."""
+
+    async def find_run(self, run_id: str) -> tuple[str, str, Run] | None:
+        """(project, location, run), deleted or not; None when no run has that id."""
         ...

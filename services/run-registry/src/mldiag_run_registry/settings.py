@@ -22,7 +22,16 @@ class RunRegistrySettings(BaseSettings):
         description="An admin token secret to install at start (`mldiag up` generates one);"
         " more tokens are created through the API.",
     )
+    xprof_url: str = Field(
+        default="http://127.0.0.1:8084",
+        description="Base URL of managed XProf (the provisioner's proxy): sessions' dashboard"
+        " links point there.",
+    )
     nats: NatsSettings = Field(default_factory=NatsSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
-    storage: StorageSettings = Field(default_factory=StorageSettings)
+    storage: StorageSettings = Field(
+        default_factory=StorageSettings,
+        description="The storage root: artifacts root of runs created without one, and where"
+        " captured sessions are stored.",
+    )
     log: LogSettings = Field(default_factory=LogSettings)

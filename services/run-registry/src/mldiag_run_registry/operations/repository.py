@@ -7,6 +7,7 @@ import asyncpg
 
 from mldiag_run_registry.filtering import Comparison, Expr, render_where
 from mldiag_schemas.operations import Operation, OperationError, OperationMetadata, OperationVerb
+from mldiag_schemas.profiling import ProfilerSession
 from mldiag_schemas.runs import Run
 
 _COLUMNS = (
@@ -23,19 +24,38 @@ def operation_name(project: str, location: str, operation_id: str) -> str:
     return f"projects/{project}/locations/{location}/operations/{operation_id}"
 
 
+def split_operation_name(name: str) -> tuple[str, str, str]:
+    """(project, location, operation id) of ``projects/{p}/locations/{l}/operations/{id}``;
+    ``ValueError`` for anything else."""
+    parts = name.split("/")
+    if len(parts) != 6 or parts[0::2] != ["projects", "locations", "operations"]:
+        raise ValueError(f"not an operation name: {name!r}")
+    return parts[1], parts[3], parts[5]
+
+
+def _response_from(verb: OperationVerb, text: str | None) -> Run | ProfilerSession | None:
+    if not text:
+        return None
+    # The verb says what the response is: a capture's is its session, every other a run.
+    if verb is OperationVerb.CAPTURE:
+        return ProfilerSession.model_validate_json(text)
+    return Run.model_validate_json(text)
+
+
 def _operation_from(row: asyncpg.Record) -> Operation:
     error = json.loads(row["error"]) if row["error"] else None
+    verb = OperationVerb(row["verb"])
     return Operation(
         name=operation_name(row["project"], row["location"], row["operation_id"]),
         done=row["done"],
         metadata=OperationMetadata(
-            verb=OperationVerb(row["verb"]),
+            verb=verb,
             target=row["target"],
             create_time=row["create_time"],
             end_time=row["end_time"],
             cancel_requested=row["cancel_requested"],
         ),
-        response=Run.model_validate_json(row["response"]) if row["response"] else None,
+        response=_response_from(verb, row["response"]),
         error=OperationError.model_validate(error) if error else None,
     )
 
@@ -61,14 +81,25 @@ class OperationsRepository:
         self._pool = pool
 
     async def add(
-        self, conn: asyncpg.Connection, project: str, location: str, operation: Operation
-    ) -> None:
+        self,
+        conn: asyncpg.Connection,
+        project: str,
+        location: str,
+        operation: Operation,
+        *,
+        if_absent: bool = False,
+    ) -> bool:
         """Record ``operation`` on ``conn``, inside the caller's transaction (the write it
         reports), so a write and its operation commit or roll back together.
+
+        With ``if_absent`` an operation id already stored (a replayed request whose id is
+        derived from the message) is left alone and False returned; otherwise it is an error.
         """
-        await conn.execute(
+        conflict = " ON CONFLICT (operation_id) DO NOTHING" if if_absent else ""
+        inserted = await conn.fetchval(
             f"INSERT INTO operations ({_COLUMNS})"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb)",
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb)"
+            f"{conflict} RETURNING true",
             operation.name.rsplit("/", 1)[-1],
             project,
             location,
@@ -81,6 +112,29 @@ class OperationsRepository:
             operation.response.model_dump_json() if operation.response else None,
             operation.error.model_dump_json() if operation.error else None,
         )
+        return bool(inserted)
+
+    async def finish(
+        self,
+        conn: asyncpg.Connection,
+        operation_id: str,
+        end_time: datetime,
+        response: Run | ProfilerSession | None,
+        error: OperationError | None,
+    ) -> bool:
+        """Mark a pending operation done on ``conn`` (the caller's transaction) with its
+        response or error; False when it is unknown or already done (finishing twice
+        changes nothing).
+        """
+        finished = await conn.fetchval(
+            "UPDATE operations SET done = true, end_time = $2, response = $3, error = $4::jsonb"
+            " WHERE operation_id = $1 AND NOT done RETURNING true",
+            operation_id,
+            end_time,
+            response.model_dump_json() if response else None,
+            error.model_dump_json() if error else None,
+        )
+        return bool(finished)
 
     async def get(self, project: str, location: str, operation_id: str) -> Operation | None:
         """The operation, if it exists under that parent."""

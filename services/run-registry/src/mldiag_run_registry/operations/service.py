@@ -1,8 +1,10 @@
 """Operations: reading, waiting on, cancelling and forgetting them (no SQL here).
 
 Every registry write finishes before it answers, so the operations it returns are already
-done. Cancelling a done operation is refused with ``operation_already_done`` (409): it
-could change nothing, and saying so is clearer than a success that did nothing.
+done; a profile capture's stays pending until the xprof-provisioner finishes it, and
+``:wait`` polls its row until then. Cancelling a done operation is refused with
+``operation_already_done`` (409): it could change nothing, and saying so is clearer than a
+success that did nothing.
 """
 
 import asyncio

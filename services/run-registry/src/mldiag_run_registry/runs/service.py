@@ -239,9 +239,19 @@ def _masked_changes(run: Run, body: UpdateRunRequest, paths: list[str]) -> dict[
 class RunService:
     """The run resource."""
 
-    def __init__(self, repository: RunRepository, outbox: Flusher) -> None:
+    def __init__(
+        self, repository: RunRepository, outbox: Flusher, *, artifacts_root: str = ""
+    ) -> None:
         self._repository = repository
         self._outbox = outbox
+        # Runs created without artifacts.gcsPath get this one, so that SDKs know where to
+        # upload profiles (`<root>/<run>/plugins/profile/<session>/<host>.xplane.pb`).
+        self._artifacts_root = artifacts_root
+
+    def _artifacts(self, artifacts: Artifacts) -> Artifacts:
+        if artifacts.gcs_path or not self._artifacts_root:
+            return artifacts
+        return artifacts.model_copy(update={"gcs_path": self._artifacts_root})
 
     # --- create ---------------------------------------------------------------------------
 
@@ -258,7 +268,7 @@ class RunService:
             run_set=request.run_set,
             labels=request.labels,
             configs=request.configs,
-            artifacts=request.artifacts,
+            artifacts=self._artifacts(request.artifacts),
             orchestrator=request.orchestrator,
             workload_details=request.workload_details,
             run_phase=phase,
@@ -565,12 +575,10 @@ class RunService:
                 )
             except RunAlreadyExists:
                 continue
-            assert operation.response is not None  # noqa: S101  # a create always has one
-            return self_hosted_view(operation.response)
+            return self_hosted_view(_run_of(operation))
         raise RunAlreadyExists(f"run of logicalId {body.logical_id!r} is being created; retry")
 
-    @staticmethod
-    def _self_hosted_run(project: str, location: str, body: SelfHostedRunRequest) -> Run:
+    def _self_hosted_run(self, project: str, location: str, body: SelfHostedRunRequest) -> Run:
         logical_id = body.logical_id or ""
         run_id = (
             logical_id
@@ -585,7 +593,7 @@ class RunService:
             display_name=(body.display_name or logical_id)[:200],
             run_set="default",
             labels={},
-            artifacts=Artifacts(gcs_path=body.base_blob_path or ""),
+            artifacts=self._artifacts(Artifacts(gcs_path=body.base_blob_path or "")),
             workload_details=WorkloadDetails(
                 custom=CustomWorkload(
                     id=workload.workload_id or "", display_name=workload.display_name or ""
@@ -614,7 +622,8 @@ class RunService:
         if body.cluster_id is not None:
             changes["cluster_id"] = body.cluster_id
         if body.base_blob_path is not None:
-            changes["artifacts"] = Artifacts(gcs_path=body.base_blob_path)
+            # an empty path keeps the default root the run was given
+            changes["artifacts"] = self._artifacts(Artifacts(gcs_path=body.base_blob_path))
         if workload.workload_id is not None:
             changes["workload_id"] = workload.workload_id
         if workload.workload_id is not None or workload.display_name is not None:
@@ -636,8 +645,7 @@ class RunService:
         if not changed:
             return run  # idempotent: every host and every restart upserts the same thing
         operation = await self._replace(project, location, run, changed, list(changed))
-        assert operation.response is not None  # noqa: S101  # an update always has one
-        return operation.response
+        return _run_of(operation)
 
     async def self_hosted_set_state(
         self, project: str, location: str, run_id: str, body: SelfHostedRunRequest
@@ -667,8 +675,14 @@ class RunService:
             )
         paths = list(changes)
         operation = await self._replace(project, location, run, changes, paths)
-        assert operation.response is not None  # noqa: S101  # an update always has one
-        return self_hosted_view(operation.response)
+        return self_hosted_view(_run_of(operation))
+
+
+def _run_of(operation: Operation) -> Run:
+    """The run a run write's operation answers (captures answer sessions, never these)."""
+    run = operation.response
+    assert isinstance(run, Run)  # noqa: S101  # every run write's response is the run
+    return run
 
 
 def self_hosted_view(run: Run) -> SelfHostedRun:

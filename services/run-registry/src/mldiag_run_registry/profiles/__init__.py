@@ -1,0 +1,1 @@
+"""Profiles of runs: profiler sessions (merged from per-host reports), targets and captures."""
