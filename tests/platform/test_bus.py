@@ -137,3 +137,29 @@ async def test_undecodable_and_permanent_failures_are_dead_lettered_at_once(
     assert reasons[1].startswith("undecodable message")
     assert all(letter.headers and letter.headers["Mldiag-Attempts"] == "1" for letter in letters)
     await wait_until(lambda: asyncio.sleep(0, handled), accept=lambda h: after.event_id in h)
+
+
+async def test_a_handler_running_past_ack_wait_gets_its_message_once(
+    nats_settings: NatsSettings,
+) -> None:
+    # A profile capture can outlast ack_wait; the consumer's in-progress pings keep the
+    # server from redelivering it meanwhile to another replica (here: a second, idle one).
+    settings = nats_settings.model_copy(update={"ack_wait_seconds": 0.6})
+    deliveries: list[uuid.UUID] = []
+    done = asyncio.Event()
+
+    async def slow(batch: list[Delivery[MetricPointsReceived]]) -> None:
+        deliveries.extend(d.message.event_id for d in batch)
+        await asyncio.sleep(2.0)  # more than three times ack_wait
+        done.set()
+
+    async with (
+        connect_bus(settings, "test-slow") as first,
+        connect_bus(settings, "test-2") as second,
+    ):
+        publisher = await _run_consumer(first, slow)
+        await _run_consumer(second, slow)
+        await publisher.publish(_message())
+        await asyncio.wait_for(done.wait(), 10)
+        await asyncio.sleep(1.0)  # a redelivery would have come by now
+    assert len(deliveries) == 1

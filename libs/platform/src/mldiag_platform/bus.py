@@ -274,8 +274,11 @@ class Consumer(Generic[M]):
                 pending.append((raw, delivery))
         if not pending:
             return
+        # A long handler (a profile capture, a cache pre-warm) must not outlive ack_wait:
+        # the server would redeliver the message to another replica while it still runs.
         try:
-            await self._handler([delivery for _, delivery in pending])
+            async with self._in_progress([raw for raw, _ in pending]):
+                await self._handler([delivery for _, delivery in pending])
         except Exception as exc:  # noqa: BLE001  # the bus error boundary: settle each message
             if len(pending) == 1:
                 await self._settle_failure(*pending[0], exc)
@@ -292,6 +295,28 @@ class Consumer(Generic[M]):
             count=len(pending),
             duration_ms=round((time.perf_counter() - started) * 1000, 2),
         )
+
+    @contextlib.asynccontextmanager
+    async def _in_progress(self, raws: list[Msg]) -> AsyncIterator[None]:
+        """While the body runs, tell the server every third of ack_wait that it still does."""
+        pinger = asyncio.get_running_loop().create_task(self._keep_alive(raws))
+        try:
+            yield
+        finally:
+            pinger.cancel()
+
+    async def _keep_alive(self, raws: list[Msg]) -> None:
+        interval = self._settings.ack_wait_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            results = await asyncio.gather(
+                *(raw.in_progress() for raw in raws), return_exceptions=True
+            )
+            failed = [r for r in results if isinstance(r, BaseException)]
+            if failed:
+                self._log.warning(
+                    "bus.in_progress.failed", count=len(failed), error=repr(failed[0])
+                )
 
     async def _handle_one(self, raw: Msg, delivery: Delivery[M]) -> None:
         try:
