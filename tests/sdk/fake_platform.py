@@ -26,6 +26,13 @@ class Received:
     signals: list[dict[str, Any]] = field(default_factory=list)  # accepted ones, in order
     signal_attempts: int = 0
     heartbeats: list[dict[str, Any]] = field(default_factory=list)
+    session_reports: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (run, body)
+    targets: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (run, body)
+    run_reads: int = 0
+
+    def reports(self, phase: str | None = None) -> list[dict[str, Any]]:
+        """Session reports received, in arrival order (of one ``phase`` when given)."""
+        return [body for _, body in self.session_reports if phase is None or body["phase"] == phase]
 
     def points(self, metric: str | None = None) -> list[tuple[str, int, float]]:
         """(name, step, value) of every stored point, in arrival order."""
@@ -50,6 +57,9 @@ class FakePlatform:
         self.supports_patch = True
         self.signal_status = 204  # what :reportSignal answers
         self.fail_first_signals = 0  # answer 503 to this many signals
+        self.artifacts_root = ""  # artifacts.gcsPath of runs created without one
+        self.report_status = 200  # what profilerSessions:report answers
+        self.fail_first_reports = 0  # answer 404 (run not created yet) to this many reports
         self.lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -75,7 +85,7 @@ class FakePlatform:
                     raw = gzip.decompress(raw)
                 return json.loads(raw) if raw else {}
 
-            def do_POST(self) -> None:  # noqa: PLR0911  # one return per route
+            def do_POST(self) -> None:  # noqa: PLR0911, PLR0912  # one return per route
                 path = urlsplit(self.path).path
                 body = self._body()
                 with platform.lock:
@@ -113,6 +123,21 @@ class FakePlatform:
                             platform.received.signals.append(body)
                         self._reply(platform.signal_status)
                         return
+                    if path.endswith("/profilerSessions:report"):
+                        run_id = path.removeprefix(RUNS + "/").split("/")[0]
+                        if platform.fail_first_reports > 0:
+                            platform.fail_first_reports -= 1
+                            self._reply(404, {"error": {"code": "run_not_found"}})
+                            return
+                        if platform.report_status < 300:
+                            platform.received.session_reports.append((run_id, body))
+                        self._reply(platform.report_status, {"sessionId": body["sessionId"]})
+                        return
+                    if path.endswith("/profilerTargets"):
+                        run_id = path.removeprefix(RUNS + "/").split("/")[0]
+                        platform.received.targets.append((run_id, body))
+                        self._reply(200, {**body, "runId": run_id})
+                        return
                     if path.endswith(":heartbeat"):
                         platform.received.heartbeats.append(body)
                         self._reply(204)
@@ -122,7 +147,10 @@ class FakePlatform:
             def do_GET(self) -> None:
                 run_id = urlsplit(self.path).path.removeprefix(RUNS + "/")
                 with platform.lock:
+                    platform.received.run_reads += 1
                     run = platform.received.runs.get(run_id)
+                    if run is not None and platform.artifacts_root and "artifacts" not in run:
+                        run = {**run, "artifacts": {"gcsPath": platform.artifacts_root}}
                 if run is None:
                     self._reply(404)
                 else:

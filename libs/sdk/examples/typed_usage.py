@@ -3,6 +3,8 @@
 Not run by the tests; each function shows one way in and must keep type-checking.
 """
 
+import contextlib
+
 import mldiag
 
 
@@ -81,3 +83,23 @@ def lifecycle_signals(returncode: int) -> None:
     run.report_signal("PROCESS_EXITED", signal="SIGKILL", reason="oom_killed")
     print(notified, accepted)  # noqa: T201  # an example
     run.finish("FAILED", error="exit 137", error_code="SIGKILL")
+
+
+def profiles(steps: int) -> None:
+    """Programmatic traces (start/stop, a block, a decorator) and on-demand captures."""
+    run = mldiag.init(name="profiled", gcs_path="gs://bucket/runs", profiler_port=9999)
+    prof: mldiag.XProf = mldiag.xprof(process_index_list=[0], host_tracer_level=2)
+    session: str = prof.start()  # trace-YYYYMMDD-HHMMSS-<6 hex>
+    prof.stop()
+    with mldiag.xprof(run, session_id="warmup") as block:
+        assert block.session_id == "warmup"  # noqa: S101  # an example
+
+    @mldiag.xprof(python_tracer_level=1)
+    def train_step(step: int) -> float:
+        return float(step)
+
+    loss: float = train_step(steps)
+    with contextlib.suppress(mldiag.XProfError):  # stop() without start() raises
+        prof.stop()
+    print(session, loss)  # noqa: T201  # an example
+    run.finish()  # waits for the uploads

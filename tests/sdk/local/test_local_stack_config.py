@@ -114,6 +114,7 @@ def test_service_environment_points_at_the_embedded_servers() -> None:
     assert env["MLDIAG_RUN_REGISTRY_PORT"] == "8081"
     assert env["MLDIAG_XPROF_PROVISIONER_HOST"] == "127.0.0.1"
     assert env["MLDIAG_XPROF_PROVISIONER_WORK_DIR"] == "/tmp/h/xprof"
+    assert env["MLDIAG_RUN_REGISTRY_XPROF_URL"] == "http://127.0.0.1:8085"
     assert not any(key.startswith("PG") for key in env)
 
 

@@ -9,7 +9,8 @@ Record a run::
             run.log({"loss": loss, "learning_rate": lr})
 
 or, with the official SDK's names, ``mldiag.machinelearning_run(...)`` and
-``mldiag.metrics.record("loss", loss, step=step)``. ``mldiag.data_wait()``,
+``mldiag.metrics.record("loss", loss, step=step)``; profile with ``mldiag.xprof()``
+(``start``/``stop``, a ``with`` block or a decorator). ``mldiag.data_wait()``,
 ``mldiag.checkpoint()`` and ``mldiag.preemption_notice()`` mark the current run from code
 that does not hold it. Importing this package does no I/O.
 """
@@ -19,6 +20,7 @@ from mldiag.control import RunControl, RunPhase, RunSpec
 from mldiag.instrument import checkpoint, data_wait, preemption_notice
 from mldiag.run import Run, current_run, init, machinelearning_run
 from mldiag.signals import SignalKind
+from mldiag.xprof import XProf, XProfError, xprof
 
 __all__ = [
     "Run",
@@ -26,6 +28,8 @@ __all__ = [
     "RunPhase",
     "RunSpec",
     "SignalKind",
+    "XProf",
+    "XProfError",
     "checkpoint",
     "current_run",
     "data_wait",
@@ -33,4 +37,5 @@ __all__ = [
     "machinelearning_run",
     "metrics",
     "preemption_notice",
+    "xprof",
 ]

@@ -1,5 +1,6 @@
-"""A small typed client of the run-registry REST API (runs, metrics, operations, events,
-goodput, rule overrides).
+"""Small typed clients of the platform's REST APIs: the run-registry (runs, metrics,
+operations, events, goodput, rule overrides, profiler sessions and targets) and the
+xprof-provisioner (XProf instances).
 
 Answers are the API's JSON bodies as plain dicts, exactly as sent (NaN and ±Inf kept), so
 a caller can print them unchanged; the SDK does not depend on the platform's schema models.
@@ -12,11 +13,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 """Where ``mldiag up`` serves the run-registry API."""
+
+DEFAULT_XPROF_URL = "http://127.0.0.1:8084"
+"""Where ``mldiag up`` serves the xprof-provisioner (XProf instances and their links)."""
 
 DEFAULT_PROJECT = "default"
 """The project the short resource form (``/v1/machineLearningRuns``) stands for."""
@@ -52,12 +57,14 @@ class ApiError(ApiClientError):
 class ApiUnreachable(ApiClientError):
     """Nothing answered at the API's URL (refused, timed out, name not resolved)."""
 
-    def __init__(self, url: str, detail: str) -> None:
+    def __init__(self, url: str, detail: str, *, service: str = "run-registry") -> None:
         super().__init__(f"cannot reach the mldiag API at {url}: {detail}")
         self.url = url
         """The base URL tried."""
         self.detail = detail
         """What the transport said."""
+        self.service = service
+        """Which API it was: ``run-registry`` or ``xprof-provisioner``."""
 
 
 def _error_from(response: httpx.Response) -> ApiError:
@@ -86,6 +93,43 @@ def _drop_empty(params: Mapping[str, object]) -> dict[str, str | int]:
     }
 
 
+def _http_client(
+    base_url: str, token: str | None, timeout: float, transport: httpx.BaseTransport | None
+) -> httpx.Client:
+    headers = {"User-Agent": "mldiag-cli", "Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return httpx.Client(base_url=base_url, headers=headers, timeout=timeout, transport=transport)
+
+
+def _request(
+    http: httpx.Client,
+    method: str,
+    path: str,
+    *,
+    params: Mapping[str, object] | None = None,
+    body: JsonObject | None = None,
+    service: str = "run-registry",
+) -> JsonObject:
+    """One call: the answer's JSON object, :class:`ApiError` or :class:`ApiUnreachable`."""
+    try:
+        response = http.request(method, path, params=_drop_empty(params or {}), json=body)
+    except httpx.TransportError as error:
+        detail = str(error) or type(error).__name__
+        raise ApiUnreachable(str(http.base_url).rstrip("/"), detail, service=service) from error
+    if response.status_code >= 400:
+        raise _error_from(response)
+    if not response.content:
+        return {}  # a bodiless 2xx (204): nothing to show
+    try:
+        answer = response.json()
+    except ValueError as error:
+        raise ApiError(response.status_code, "invalid_response", str(error)) from error
+    if not isinstance(answer, dict):
+        raise ApiError(response.status_code, "invalid_response", "not a JSON object")
+    return answer
+
+
 class RegistryClient:
     """Calls the run-registry API at ``base_url``.
 
@@ -107,9 +151,6 @@ class RegistryClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         """The API's base URL, without a trailing slash."""
-        headers = {"User-Agent": "mldiag-cli", "Accept": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
         if project or location:
             self._prefix = (
                 f"/v1/projects/{project or DEFAULT_PROJECT}"
@@ -117,9 +158,7 @@ class RegistryClient:
             )
         else:
             self._prefix = "/v1"
-        self._http = httpx.Client(
-            base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
-        )
+        self._http = _http_client(self.base_url, token, timeout, transport)
 
     def __enter__(self) -> RegistryClient:
         return self
@@ -146,21 +185,7 @@ class RegistryClient:
         scoped: bool = True,
     ) -> JsonObject:
         prefix = self._prefix if scoped else "/v1"
-        try:
-            response = self._http.request(
-                method, prefix + path, params=_drop_empty(params or {}), json=body
-            )
-        except httpx.TransportError as error:
-            raise ApiUnreachable(self.base_url, str(error) or type(error).__name__) from error
-        if response.status_code >= 400:
-            raise _error_from(response)
-        try:
-            answer = response.json()
-        except ValueError as error:
-            raise ApiError(response.status_code, "invalid_response", str(error)) from error
-        if not isinstance(answer, dict):
-            raise ApiError(response.status_code, "invalid_response", "not a JSON object")
-        return answer
+        return _request(self._http, method, prefix + path, params=params, body=body)
 
     # runs
 
@@ -329,6 +354,46 @@ class RegistryClient:
         """Replace the project's overrides (``rules``: rule name → override)."""
         return self._call("PATCH", "/monitoringRules", body={"rules": rules})
 
+    # profiles
+
+    def list_profiler_sessions(
+        self, run_id: str, *, page_size: int | None = None, page_token: str = ""
+    ) -> JsonObject:
+        """One page of the run's profiler sessions, newest first:
+        ``{"profilerSessions": [...], "nextPageToken"}``."""
+        return self._call(
+            "GET",
+            f"/machineLearningRuns/{run_id}/profilerSessions",
+            params={"pageSize": page_size, "pageToken": page_token},
+        )
+
+    def iter_profiler_sessions(
+        self, run_id: str, *, page_size: int | None = None
+    ) -> Iterator[JsonObject]:
+        """Every profiler session of the run, following ``nextPageToken``."""
+        token = ""
+        while True:
+            page = self.list_profiler_sessions(run_id, page_size=page_size, page_token=token)
+            yield from page.get("profilerSessions", [])
+            token = page.get("nextPageToken") or ""
+            if not token:
+                return
+
+    def get_profiler_session(self, run_id: str, session_id: str) -> JsonObject:
+        """One profiler session of the run, with its hosts."""
+        return self._call("GET", f"/machineLearningRuns/{run_id}/profilerSessions/{session_id}")
+
+    def capture_profile(self, run_id: str, body: JsonObject) -> JsonObject:
+        """Start an on-demand capture (``CaptureProfileRequest``); answers the operation,
+        done once the capture finished (its ``response`` is then the session)."""
+        return self._call(
+            "POST", f"/machineLearningRuns/{run_id}/profilerSessions:capture", body=body
+        )
+
+    def list_profiler_targets(self, run_id: str) -> JsonObject:
+        """The run's profiler servers: ``{"profilerTargets": [...]}``."""
+        return self._call("GET", f"/machineLearningRuns/{run_id}/profilerTargets")
+
     # operations
 
     def list_operations(
@@ -380,3 +445,69 @@ class RegistryClient:
     def revoke_token(self, token_id: str) -> JsonObject:
         """Revoke a token everywhere; answers it, REVOKED."""
         return self._call("DELETE", f"/apiTokens/{token_id}", scoped=False)
+
+
+class XProfClient:
+    """Calls the xprof-provisioner at ``base_url`` (XProf instances serving runs' sessions).
+
+    ``token`` is sent as a Bearer token when set; ``transport`` lets tests route requests
+    elsewhere. Errors are those of :class:`RegistryClient`.
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_XPROF_URL,
+        *,
+        token: str | None = None,
+        timeout: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        """The provisioner's base URL, without a trailing slash."""
+        self._http = _http_client(self.base_url, token, timeout, transport)
+
+    def __enter__(self) -> XProfClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections."""
+        self._http.close()
+
+    def _call(self, method: str, path: str, body: JsonObject | None = None) -> JsonObject:
+        return _request(self._http, method, path, body=body, service="xprof-provisioner")
+
+    def create_instance(self, run_ids: list[str]) -> JsonObject:
+        """An instance serving the sessions of ``run_ids`` (a new one, or the one serving
+        them already); answers the ``XProfInstance``."""
+        return self._call("POST", "/v1/xprofInstances", {"runIds": run_ids})
+
+    def list_instances(self) -> JsonObject:
+        """Every instance: ``{"xprofInstances": [...]}``."""
+        return self._call("GET", "/v1/xprofInstances")
+
+    def get_instance(self, instance_id: str) -> JsonObject:
+        """One instance."""
+        return self._call("GET", f"/v1/xprofInstances/{instance_id}")
+
+    def delete_instance(self, instance_id: str) -> JsonObject:
+        """Stop an instance and drop its copy of the sessions; answers it, STOPPED."""
+        return self._call("DELETE", f"/v1/xprofInstances/{instance_id}")
+
+    def open_link(self, run_id: str, session_id: str | None = None) -> str:
+        """The provisioner's browser link to the run (or one session of it) in XProf."""
+        return xprof_link(self.base_url, run_id, session_id)
+
+
+def xprof_link(base_url: str, run_id: str, session_id: str | None = None) -> str:
+    """``<provisioner>/xprof/open?run=R[&session=S]``: opens the run (or one session) in
+    XProf through the provisioner."""
+    query = {"run": run_id, **({"session": session_id} if session_id else {})}
+    return f"{base_url.rstrip('/')}/xprof/open?{urlencode(query)}"

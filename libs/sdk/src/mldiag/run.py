@@ -39,6 +39,12 @@ from mldiag.heartbeat import Heartbeat
 from mldiag.identity import host_name, process_index, resolve_run_id
 from mldiag.jax_compile import CompileWatcher
 from mldiag.pipeline import Pipeline
+from mldiag.profiler_server import (
+    advertised_address,
+    resolve_profiler_port,
+    start_profiler_server,
+)
+from mldiag.profiling import RunProfiles
 from mldiag.signals import (
     DEFAULT_SIGNAL_TIMEOUT,
     MAX_EXCEPTION_CHARS,
@@ -135,6 +141,8 @@ class Run:
             )
             self._heartbeat.start()
         self._signals = SignalSender(settings.ingestion_url, spec.run_id, settings.token)
+        self._profiles: RunProfiles | None = None
+        self._profiles_lock = threading.Lock()
         self._compiles = CompileWatcher(self._record_compile)
         self._compiles.start()  # only when the program has imported JAX already
         self._previous_excepthook: Callable[..., Any] | None = None
@@ -352,6 +360,25 @@ class Run:
         for device, values in by_device.items():
             self._pipeline.put(step, values, {"device": device} if device else None)
 
+    # -- profiles ----------------------------------------------------------------------
+
+    def _profiling(self) -> RunProfiles:
+        """This run's uploads and reports of profiles (:mod:`mldiag.xprof`), made on first use."""
+        with self._profiles_lock:
+            if self._profiles is None:
+                self._profiles = RunProfiles(
+                    self.settings, self.run_id, self.host, gcs_path=self.spec.gcs_path
+                )
+            return self._profiles
+
+    def _serve_profiler(self, port: int) -> None:
+        """Start this process's profiler server and register it as a target of the run."""
+        listening = start_profiler_server(port)
+        if listening is None:
+            return
+        address = advertised_address(listening, self.settings.api_url)
+        self._profiling().register_target(address, self.process_index)
+
     def flush(self, timeout: float | None = None) -> bool:
         """Send everything buffered; wait at most ``timeout`` seconds. True when all sent."""
         limit = self.settings.shutdown_timeout if timeout is None else timeout
@@ -395,7 +422,10 @@ class Run:
         deadline = time.monotonic() + limit
         # Keep a slice of the time for the phase update: the last thing a user sees.
         reserve = min(2.0, limit / 4) if self._control is not None else 0.0
-        sent = self._pipeline.close(max(limit - reserve, 0.0))
+        if self._profiles is not None:
+            # First: an upload cut short is lost, unsent points stay spooled for later.
+            self._profiles.close(max(deadline - reserve - time.monotonic(), 0.0))
+        sent = self._pipeline.close(max(deadline - reserve - time.monotonic(), 0.0))
         if self._control is not None:
             phase = RunPhase(status)
             self._set_phase(phase, error, error_code, deadline)
@@ -566,6 +596,7 @@ def init(
     log_system_metrics: bool = True,
     system_metrics_interval: float | None = None,
     control: RunControl | None = None,
+    profiler_port: int | None = None,
 ) -> Run:
     """Start recording a run, creating it (process 0) or attaching to it.
 
@@ -605,6 +636,11 @@ def init(
         system_metrics_interval: Seconds between two system samples
             (``MLDIAG_SYSTEM_METRICS_INTERVAL``, default 10; 0 turns it off).
         control: Replaces the HTTP :class:`RunControl` (tests, other backends).
+        profiler_port: Start ``jax.profiler.start_server`` on this port (0: a free one) for
+            on-demand captures and register it as the run's profiler target
+            (``MLDIAG_PROFILER_PORT``; default: no server). Imports JAX. The advertised
+            address is ``MLDIAG_PROFILER_ADVERTISE_HOST``, else the local address of the
+            route to the registry (see :mod:`mldiag.profiler_server`).
     """
     overrides = {
         key: value
@@ -626,6 +662,7 @@ def init(
         tuning=overrides,
     )
     resolved_id = resolve_run_id(run_id, workload_id)
+    port = resolve_profiler_port(profiler_port)
     if os.environ.get("MLDIAG_CREATE_RUN", "").strip().lower() in ("0", "false", "no"):
         create_run = False  # a supervisor (`mldiag run`) owns the run and its final state
     spec = RunSpec(
@@ -655,6 +692,8 @@ def init(
     global _current  # noqa: PLW0603  # the module-level "current run" of metrics.record
     with _current_lock:
         _current = run
+    if port is not None:
+        run._serve_profiler(port)  # the module's own class
     return run
 
 
@@ -678,7 +717,7 @@ def machinelearning_run(
     configs: Mapping[str, Any] | None = None,
     gcs_path: str | None = None,
     base_url: str | None = None,
-    on_demand_xprof: bool = False,  # noqa: ARG001  # the official signature
+    on_demand_xprof: bool = False,
     log_system_metrics: bool = False,
     metrics_record_interval_sec: float = 10.0,
     run_workload_id: str | None = None,
@@ -689,9 +728,12 @@ def machinelearning_run(
 
     ``run_group`` is the run set, ``base_url`` the API URL, ``run_workload_id`` the workload
     id, ``metric_only_run`` skips creating the run, ``log_system_metrics`` samples the host
-    and GPUs every ``metrics_record_interval_sec``; ``on_demand_xprof`` is not supported yet
-    (ignored). Other keyword arguments go to :func:`init`.
+    and GPUs every ``metrics_record_interval_sec``; ``on_demand_xprof`` starts the profiler
+    server for on-demand captures (port 9999 unless ``profiler_port=`` or
+    ``MLDIAG_PROFILER_PORT`` says otherwise). Other keyword arguments go to :func:`init`.
     """
+    if on_demand_xprof:
+        kwargs["profiler_port"] = resolve_profiler_port(kwargs.get("profiler_port"), on_demand=True)
     return init(
         name=name,
         run_set=run_group or "default",

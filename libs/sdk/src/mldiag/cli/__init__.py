@@ -2,7 +2,9 @@
 
 ``up``, ``status`` and ``down`` look after the embedded stack (:mod:`mldiag.cli.stack`);
 ``runs``, ``metrics``, ``operations`` and ``configs`` talk to the run-registry API
-(:mod:`mldiag.cli.registry`). It talks to a person, so it prints plain text, not log events.
+(:mod:`mldiag.cli.registry`); ``profiles``, ``targets`` and ``xprof`` to the registry and the
+xprof-provisioner (:mod:`mldiag.cli.profiles`). It talks to a person, so it prints plain
+text, not log events.
 
 Exit status: 0 done, 1 the API (or the stack) refused (``error: <code>: <message>``),
 2 a usage error, 3 the API did not answer.
@@ -58,9 +60,13 @@ def _run_api_command(args: argparse.Namespace) -> int:
         print(f"mldiag {args.command} {args.verb}: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except ApiUnreachable as error:
+        if error.service == "xprof-provisioner":
+            what, option = "the xprof-provisioner", "--xprof-url / MLDIAG_XPROF_URL"
+        else:
+            what, option = "the mldiag API", "--api-url / MLDIAG_API_URL"
         print(
-            f"error: cannot reach the mldiag API at {error.url} ({error.detail}); "
-            "start it with `mldiag up`, or point --api-url / MLDIAG_API_URL at it",
+            f"error: cannot reach {what} at {error.url} ({error.detail}); "
+            f"start it with `mldiag up`, or point {option} at it",
             file=sys.stderr,
         )
         return EXIT_UNREACHABLE

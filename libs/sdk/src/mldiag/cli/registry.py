@@ -1,6 +1,7 @@
 """The commands that talk to the run-registry API: ``runs``, ``metrics``, ``operations``,
-``configs``, and (from :mod:`mldiag.cli.events` and :mod:`mldiag.cli.rules`) ``events`` and
-``rules``. Each prints a table for a person, or the API's body for ``--format json|yaml``.
+``configs``, and (from :mod:`mldiag.cli.events`, :mod:`mldiag.cli.rules` and
+:mod:`mldiag.cli.profiles`) ``events``, ``rules``, ``profiles``, ``targets`` and ``xprof``.
+Each prints a table for a person, or the API's body for ``--format json|yaml``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from mldiag.cli.output import (
     render_table,
     short_time,
 )
+from mldiag.cli.profiles import add_profiles_commands, add_targets_commands, add_xprof_commands
 from mldiag.cli.rules import add_rules_commands
 from mldiag.credentials import resolve_token
 
@@ -155,8 +157,8 @@ def _nest(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def add_api_commands(commands: Any) -> None:
-    """Add ``runs``, ``metrics``, ``operations``, ``configs``, ``events`` and ``rules`` to
-    ``mldiag``'s commands."""
+    """Add ``runs``, ``metrics``, ``operations``, ``configs``, ``events``, ``rules``,
+    ``profiles``, ``targets``, ``xprof`` and ``auth`` to ``mldiag``'s commands."""
     options = argparse.ArgumentParser(add_help=False)
     add_global_options(options, suppress=True)
 
@@ -179,6 +181,9 @@ def add_api_commands(commands: Any) -> None:
     _add_configs(group("configs", "compare runs' configs"), verb)
     add_events_commands(group("events", "list and describe workload events"), verb)
     add_rules_commands(group("rules", "override the detection rules' thresholds"), verb)
+    add_profiles_commands(group("profiles", "list, describe and capture profiles"), verb)
+    add_targets_commands(group("targets", "list runs' profiler targets"), verb)
+    add_xprof_commands(group("xprof", "serve profiles in managed XProf instances"), verb)
     tokens_help = "create, list and revoke API tokens (admins only)"
     tokens = group("auth", "manage access to the API").add_parser(
         "tokens", help=tokens_help, description=tokens_help

@@ -238,6 +238,10 @@ def service_environment(config: StackConfig, nats_url: str, database_url: str) -
     for spec in SERVICES:
         env[f"{spec.env_prefix}_HOST"] = config.service_hosts[spec.name]
         env[f"{spec.env_prefix}_PORT"] = str(config.service_ports[spec.name])
+    # Sessions' shareable links (dashboardUri) point at the provisioner's proxy.
+    xprof_host = probe_host(config.service_hosts["xprof-provisioner"])
+    xprof_port = config.service_ports["xprof-provisioner"]
+    env["MLDIAG_RUN_REGISTRY_XPROF_URL"] = f"http://{xprof_host}:{xprof_port}"
     env["MLDIAG_INGESTION_OTLP_GRPC_PORT"] = str(config.otlp_grpc_port)
     env["MLDIAG_INGESTION_OTLP_HTTP_PORT"] = str(config.otlp_http_port)
     return env
