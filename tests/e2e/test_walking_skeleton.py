@@ -186,14 +186,17 @@ def test_xprof_instance_starts_and_stops(stack: Stack) -> None:
     provisioner = f"http://127.0.0.1:{8084 + stack.offset}"
     started = httpx.post(
         f"{provisioner}/v1/xprofInstances",
-        json={"runId": "e2e-profiles"},
+        json={"runIds": ["e2e-profiles"]},
         timeout=60,
         headers=stack.auth,
     )
     assert started.status_code == 201, started.text
     instance = started.json()
     assert instance["state"] == "RUNNING"
-    assert httpx.get(f"{instance['url']}data/plugin/profile/runs", timeout=10).status_code == 200
+    # Only through the authenticating proxy: the instance's url is the proxied UI.
+    runs = f"{provisioner}{instance['url'].removeprefix(provisioner)}runs"
+    assert httpx.get(runs, timeout=10, headers=stack.auth).status_code == 200
+    assert httpx.get(runs, timeout=10).status_code == 401
     stopped = httpx.delete(
         f"{provisioner}/v1/xprofInstances/{instance['instanceId']}",
         timeout=30,

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from mldiag_platform.http import create_http_app
 from mldiag_schemas.auth import Role
 from mldiag_xprof_provisioner import handlers
+from mldiag_xprof_provisioner.proxy import XProfClient
 from mldiag_xprof_provisioner.settings import XProfProvisionerSettings
 from support import StaticTokens
 from xprof_provisioner.xprof_fakes import World
@@ -26,26 +27,29 @@ async def api(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, World]]:
     world = World(tmp_path, max_instances=2)
     app = create_http_app("xprof-provisioner", _no_connections, {})
     app.state.service = world.service
+    app.state.xprof_client = XProfClient(timeout_seconds=5, max_connections=4)
     tokens = app.state.tokens = StaticTokens()
     app.include_router(handlers.router)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(
         transport=transport, base_url="http://test", headers=tokens.headers(Role.EDITOR)
     ) as client:
+        client.tokens = tokens  # type: ignore[attr-defined]
         yield client, world
+    await app.state.xprof_client.aclose()
 
 
 async def test_start_get_list_and_stop(api: tuple[httpx.AsyncClient, World]) -> None:
     client, _ = api
-    created = await client.post("/v1/xprofInstances", json={"runId": "run-1"})
+    created = await client.post("/v1/xprofInstances", json={"runIds": ["run-1"]})
     assert created.status_code == 201
     body = created.json()
     assert body["state"] == "RUNNING"
-    assert body["runId"] == "run-1"
-    assert body["url"].startswith("http://xprof.example:")
+    assert body["runIds"] == ["run-1"]
+    assert body["url"] == f"https://mldiag.example/xprof/{body['instanceId']}/data/plugin/profile/"
     instance_id = body["instanceId"]
 
-    again = await client.post("/v1/xprofInstances", json={"runId": "run-1"})
+    again = await client.post("/v1/xprofInstances", json={"runIds": ["run-1"]})
     assert again.status_code == 200
     assert again.json()["instanceId"] == instance_id
 
@@ -65,13 +69,15 @@ async def test_start_get_list_and_stop(api: tuple[httpx.AsyncClient, World]) -> 
 @pytest.mark.parametrize(
     ("body", "code"),
     [
-        (b'{"runId": "Bad.Run"}', "invalid_run_id"),
-        (b'{"runId": ""}', "invalid_run_id"),
+        (b'{"runIds": ["Bad.Run"]}', "invalid_run_id"),
+        (b'{"runIds": ["ok", ""]}', "invalid_run_id"),
+        (b'{"runIds": []}', "invalid_start_request"),
+        (b'{"runId": "r"}', "invalid_start_request"),
         (b"{}", "invalid_start_request"),
-        (b'{"runId": "r", "extra": 1}', "invalid_start_request"),
+        (b'{"runIds": ["r"], "extra": 1}', "invalid_start_request"),
         (b"not json", "invalid_start_request"),
         (b"", "invalid_start_request"),
-        (b'{"runId": "' + b"a" * 70_000 + b'"}', "invalid_start_request"),
+        (b'{"runIds": ["' + b"a" * 70_000 + b'"]}', "invalid_start_request"),
     ],
 )
 async def test_bad_start_requests_are_400_with_stable_codes(
@@ -101,7 +107,7 @@ async def test_capacity_and_start_failures_map_to_their_codes(
 ) -> None:
     client, world = api
     world.launcher.behaviour = "exit"
-    failed = await client.post("/v1/xprofInstances", json={"runId": "run-0"})
+    failed = await client.post("/v1/xprofInstances", json={"runIds": ["run-0"]})
     assert failed.status_code == 503
     error = failed.json()["error"]
     assert error["code"] == "xprof_start_failed"
@@ -110,8 +116,8 @@ async def test_capacity_and_start_failures_map_to_their_codes(
 
     world.launcher.behaviour = "ready"
     for run in ("run-1", "run-2"):
-        assert (await client.post("/v1/xprofInstances", json={"runId": run})).status_code == 201
-    refused = await client.post("/v1/xprofInstances", json={"runId": "run-3"})
+        assert (await client.post("/v1/xprofInstances", json={"runIds": [run]})).status_code == 201
+    refused = await client.post("/v1/xprofInstances", json={"runIds": ["run-3"]})
     assert refused.status_code == 429
     assert refused.json()["error"]["code"] == "too_many_instances"
 
@@ -121,7 +127,7 @@ async def test_the_start_body_is_documented(api: tuple[httpx.AsyncClient, World]
     spec = (await client.get("/openapi.json")).json()
     start = spec["paths"]["/v1/xprofInstances"]["post"]
     schema = start["requestBody"]["content"]["application/json"]["schema"]
-    assert schema["required"] == ["runId"]
+    assert schema["required"] == ["runIds"]
     assert {"200", "201", "400", "429", "503"} <= set(start["responses"])
 
 
@@ -132,13 +138,187 @@ def test_settings_defaults_and_environment(monkeypatch: pytest.MonkeyPatch) -> N
     assert defaults.instance_ports == range(9100, 9200)
     assert (defaults.max_instances, defaults.idle_timeout_seconds) == (4, 900.0)
     assert defaults.startup_timeout_seconds == 30.0
-    assert defaults.advertised_host == "127.0.0.1"
+    assert defaults.base_url == ""  # instance URLs are paths on this service
+    assert defaults.memory_limit_bytes == 4 * 1024**3
+    assert (defaults.warm_concurrency, defaults.warm_timeout_seconds) == (1, 900.0)
     monkeypatch.setenv("MLDIAG_XPROF_PROVISIONER_MAX_INSTANCES", "9")
     monkeypatch.setenv("MLDIAG_XPROF_PROVISIONER_FIRST_INSTANCE_PORT", "20000")
     monkeypatch.setenv("MLDIAG_NATS_NAMESPACE", "other")
+    monkeypatch.setenv("MLDIAG_XPROF_PROVISIONER_MEMORY_LIMIT_BYTES", "1000")
+    monkeypatch.setenv("MLDIAG_XPROF_PROVISIONER_PUBLIC_URL", "https://mldiag.example/")
     configured = XProfProvisionerSettings()
+    assert configured.memory_limit_bytes == 1000
+    assert configured.base_url == "https://mldiag.example"
     assert configured.max_instances == 9
     assert configured.instance_ports.start == 20000
     assert configured.nats.namespace == "other"
     with pytest.raises(ValueError, match="past 65535"):
         XProfProvisionerSettings(first_instance_port=65500, instance_port_count=100)
+
+
+Api = tuple[httpx.AsyncClient, World]
+
+
+async def _running(api: Api, run: str = "run-1") -> str:
+    client, world = api
+    await world.store.put(f"{run}/plugins/profile/s1/host-b.xplane.pb", b"b")
+    await world.store.put(f"{run}/plugins/profile/s1/host-a.xplane.pb", b"a")
+    created = await client.post("/v1/xprofInstances", json={"runIds": [run]})
+    instance_id: str = created.json()["instanceId"]
+    return instance_id
+
+
+async def test_the_open_link_starts_an_instance_and_redirects_to_the_session(api: Api) -> None:
+    client, world = api
+    await world.store.put("run-1/plugins/profile/s1/host-b.xplane.pb", b"b")
+    await world.store.put("run-1/plugins/profile/s1/host-a.xplane.pb", b"a")
+    opened = await client.get("/xprof/open", params={"run": "run-1", "session": "s1"})
+    assert opened.status_code == 303, opened.text
+    [instance] = await world.service.list_instances()
+    assert opened.headers["location"] == (
+        f"/xprof/{instance.instance_id}/data/plugin/profile/"
+        "?run=run-1%2Fs1&tool=trace_viewer%40&host=host-a"
+    )
+    assert "set-cookie" not in opened.headers  # a header token stays a header
+    chosen = await client.get(
+        "/xprof/open",
+        params={"run": "run-1", "session": "s1", "tool": "overview_page", "host": "host-b"},
+    )
+    assert chosen.headers["location"].endswith("?run=run-1%2Fs1&tool=overview_page&host=host-b")
+    assert len(world.launcher.launched) == 1
+
+
+async def test_a_token_in_the_link_becomes_the_cookie_and_leaves_the_url(api: Api) -> None:
+    client, world = api
+    await world.store.put("run-1/plugins/profile/s1/h.xplane.pb", b"x")
+    secret = client.tokens.secrets[Role.VIEWER]  # type: ignore[attr-defined]
+    opened = await client.get(
+        "/xprof/open",
+        params={"run": "run-1", "session": "s1", "token": secret},
+        headers={"authorization": ""},
+    )
+    assert opened.status_code == 303, opened.text
+    assert secret not in opened.headers["location"]
+    cookie = opened.headers["set-cookie"]
+    assert cookie.startswith(f"mldiag_token={secret};")
+    assert "HttpOnly" in cookie
+    assert "Path=/xprof" in cookie
+    assert "SameSite=lax" in cookie
+    # The cookie alone now opens the proxy (403 here: a forbidden route, past the auth).
+    instance_id = opened.headers["location"].split("/")[2]
+    client.cookies.set("mldiag_token", secret)
+    behind = await client.get(
+        f"/xprof/{instance_id}/data/plugin/profile/capture_profile",
+        headers={"authorization": ""},
+    )
+    assert behind.status_code == 403
+    client.cookies.clear()
+    bad = await client.get(
+        "/xprof/open",
+        params={"run": "run-1", "session": "s1", "token": "mldiag_not-a-token"},
+        headers={"authorization": ""},
+    )
+    assert bad.status_code == 401
+    assert "set-cookie" not in bad.headers
+
+
+@pytest.mark.parametrize(
+    ("params", "status", "code"),
+    [
+        ({"run": "no-such-run", "session": "s1"}, 404, "run_not_found"),
+        ({"run": "run-1", "session": "s9"}, 404, "session_not_found"),
+        ({"run": "Run.1", "session": "s1"}, 400, "invalid_run_id"),
+        ({"run": "run-1", "session": "../../etc"}, 400, "invalid_session_id"),
+        ({"run": "run-1", "session": "s1", "host": "../x"}, 400, "invalid_parameter"),
+        ({"run": "run-1", "session": "s1", "host": "other"}, 400, "invalid_parameter"),
+        ({"run": "run-1", "session": "s1", "tool": "x/y"}, 400, "invalid_parameter"),
+        ({"run": "run-1"}, 400, "invalid_argument"),
+    ],
+)
+async def test_bad_open_links_are_clear_errors(
+    api: Api, params: dict[str, str], status: int, code: str
+) -> None:
+    client, world = api
+    await world.store.put("run-1/plugins/profile/s1/h.xplane.pb", b"x")
+    response = await client.get("/xprof/open", params=params)
+    assert response.status_code == status, response.text
+    assert response.json()["error"]["code"] == code
+
+
+async def test_the_open_link_maps_a_full_house_to_429(api: Api) -> None:
+    client, world = api
+    for run in ("run-1", "run-2"):
+        await _running(api, run)
+    await world.store.put("run-3/plugins/profile/s1/h.xplane.pb", b"x")
+    refused = await client.get("/xprof/open", params={"run": "run-3", "session": "s1"})
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "too_many_instances"
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "code"),
+    [
+        ("data/plugin/profile/runs?session_path=/etc", 400, "forbidden_parameter"),
+        ("data/plugin/profile/bundle.js?run_path=/", 400, "forbidden_parameter"),
+        ("data/plugin/profile/?session_path=/etc", 400, "forbidden_parameter"),
+        ("data/plugin/profile/runs?debug=1", 400, "forbidden_parameter"),
+        (
+            "data/plugin/profile/data?run=run-1/s1&tag=trace_viewer@&evil=1",
+            400,
+            "forbidden_parameter",
+        ),
+        ("data/plugin/profile/data?run=../../etc/s1&tag=trace_viewer@", 400, "invalid_parameter"),
+        ("data/plugin/profile/data?run=run-2/s1&tag=trace_viewer@", 400, "invalid_parameter"),
+        ("data/plugin/profile/data?run=run-1/s1&module_name=../x", 400, "invalid_parameter"),
+        ("data/plugin/profile/capture_profile?service_addr=h:1", 403, "forbidden_route"),
+        ("data/plugin/profile/generate_cache", 403, "forbidden_route"),
+        ("data/plugin/profile/local", 403, "forbidden_route"),
+        ("data/plugin/profile/../../../etc/passwd", 403, "forbidden_route"),
+        ("etc/passwd", 403, "forbidden_route"),
+        ("data/plugin/other/x", 403, "forbidden_route"),
+    ],
+)
+async def test_the_proxy_refuses_what_is_not_the_ui_or_read_only(
+    api: Api, path: str, status: int, code: str
+) -> None:
+    client, _ = api
+    instance_id = await _running(api)
+    response = await client.get(f"/xprof/{instance_id}/{path}")
+    assert response.status_code == status, response.text
+    assert response.json()["error"]["code"] == code
+
+
+async def test_the_proxy_needs_a_token_and_only_reads(api: Api) -> None:
+    client, _ = api
+    instance_id = await _running(api)
+    url = f"/xprof/{instance_id}/data/plugin/profile/runs"
+    anonymous = await client.get(url, headers={"authorization": ""})
+    assert anonymous.status_code == 401
+    assert anonymous.json()["error"]["code"] == "unauthenticated"
+    wrong = await client.get(url, headers={"authorization": "Bearer mldiag_nope"})
+    assert wrong.status_code == 401
+    for method in ("POST", "PUT", "DELETE"):
+        refused = await client.request(method, url)
+        assert refused.status_code == 405
+        assert refused.json()["error"]["code"] == "method_not_allowed"
+    unknown = await client.get("/xprof/no-such-instance/data/plugin/profile/runs")
+    assert unknown.status_code == 404
+
+
+async def test_the_proxy_reports_an_xprof_that_does_not_answer(api: Api) -> None:
+    client, _ = api
+    instance_id = await _running(api)  # the fake launcher listens nowhere
+    response = await client.get(f"/xprof/{instance_id}/data/plugin/profile/runs")
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "xprof_unreachable"
+
+
+async def test_an_instances_bare_address_leads_to_its_ui(api: Api) -> None:
+    client, _ = api
+    instance_id = await _running(api)
+    for path in (f"/xprof/{instance_id}", f"/xprof/{instance_id}/"):
+        response = await client.get(path, params={"run": "run-1/s1"})
+        assert response.status_code == 307
+        assert response.headers["location"] == (
+            f"/xprof/{instance_id}/data/plugin/profile/?run=run-1%2Fs1"
+        )

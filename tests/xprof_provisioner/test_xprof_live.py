@@ -81,6 +81,34 @@ def _rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def _listening(pid: int) -> set[tuple[str, int]]:
+    """The TCP addresses ``pid`` listens on, from /proc (IPv4 and IPv6)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = set()
+    for table, width in (("tcp", 8), ("tcp6", 32)):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state != "0A" or inode not in inodes:  # 0A: LISTEN
+                continue
+            address, port = local.split(":")
+            raw = bytes.fromhex(address)
+            if width == 8:
+                ip = socket.inet_ntop(socket.AF_INET, raw[::-1])
+            else:
+                words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+                ip = socket.inet_ntop(socket.AF_INET6, words)
+            found.add((ip, int(port, 16)))
+    return found
+
+
 async def test_a_real_xprof_lists_the_runs_session_and_stops_without_a_trace(
     tmp_path: Path,
 ) -> None:
@@ -92,18 +120,20 @@ async def test_a_real_xprof_lists_the_runs_session_and_stops_without_a_trace(
     service = XProfProvisioner(settings, store, recorder, launcher)
 
     started_at = time.perf_counter()
-    started = await service.start("run-live")
+    started = await service.start(["run-live"])
     start_seconds = time.perf_counter() - started_at
 
     instance = started.instance
     assert instance.state is XProfInstanceState.RUNNING, instance.error
     [child] = launcher.children
     try:
-        runs = await asyncio.to_thread(_fetch_json, f"{instance.url}data/plugin/profile/runs")
-        assert runs == ["session1"]
-        # The probe sees XProf's HTTP port and its SO_REUSEPORT gRPC port as taken.
+        direct = f"http://127.0.0.1:{instance.port}/data/plugin/profile/runs"
+        runs = await asyncio.to_thread(_fetch_json, direct)
+        assert runs == ["run-live/session1"]
+        # Loopback only, and no gRPC worker: the proxy is the only way in.
+        assert _listening(child.pid) == {("127.0.0.1", instance.port)}
+        assert instance.grpc_port == 0
         assert not port_is_free(instance.port)
-        assert not port_is_free(instance.grpc_port)
         assert (Path(instance.logdir).parent / "xprof.log").is_file()
         print(  # noqa: T201  # the figures the report quotes
             f"\nxprof start: {start_seconds:.2f} s, idle RSS: {_rss_mib(child.pid):.0f} MiB"
@@ -115,7 +145,6 @@ async def test_a_real_xprof_lists_the_runs_session_and_stops_without_a_trace(
     assert child.returncode is not None
     assert _gone(child.pid)
     assert port_is_free(instance.port)
-    assert port_is_free(instance.grpc_port)
     assert not Path(instance.logdir).parent.exists()
     assert recorder.states() == [
         XProfInstanceState.STARTING,
@@ -131,7 +160,7 @@ async def test_the_idle_reaper_stops_a_real_xprof(tmp_path: Path) -> None:
     service = XProfProvisioner(settings, FileStore(tmp_path / "storage"), recorder, launcher)
     reaper = asyncio.create_task(service.run_reaper())
     try:
-        instance = (await service.start("run-idle")).instance
+        instance = (await service.start(["run-idle"])).instance
         assert instance.state is XProfInstanceState.RUNNING, instance.error
 
         async def state() -> XProfInstanceState:
@@ -165,7 +194,7 @@ async def test_an_xprof_that_cannot_bind_is_failed_with_its_log(tmp_path: Path) 
         squatter.bind(("::", settings.first_instance_port))
         squatter.listen()
         with pytest.raises(XProfStartFailed, match="exited with status") as caught:
-            await service.start("run-squatted")
+            await service.start(["run-squatted"])
     print(caught.value.message)  # noqa: T201
     [failed] = await service.list_instances()
     assert failed.state is XProfInstanceState.FAILED
@@ -206,12 +235,14 @@ async def test_the_app_serves_the_api_announces_changes_and_stops_xprof_on_shutd
         health = await client.get("/healthz")
         assert health.status_code == 200
         assert health.json()["checks"] == {"nats": True}
-        created = await client.post("/v1/xprofInstances", json={"runId": "run-app"})
+        created = await client.post("/v1/xprofInstances", json={"runIds": ["run-app"]})
         assert created.status_code == 201, created.text
         instance = created.json()
         assert instance["state"] == "RUNNING"
-        runs = await asyncio.to_thread(_fetch_json, f"{instance['url']}data/plugin/profile/runs")
-        assert runs == ["session1"]
+        assert instance["url"] == f"/xprof/{instance['instanceId']}/data/plugin/profile/"
+        runs = await client.get(f"{instance['url']}runs")
+        assert runs.status_code == 200, runs.text
+        assert runs.json() == ["run-app/session1"]
         got = await client.get(f"/v1/xprofInstances/{instance['instanceId']}")
         assert got.json()["state"] == "RUNNING"
     # The lifespan's exit (SIGTERM to the service) stopped XProf.

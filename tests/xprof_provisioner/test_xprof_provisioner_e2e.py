@@ -116,7 +116,7 @@ async def _provisioner(
 
 
 async def _start_xprof(provisioner: Provisioner) -> tuple[dict[str, object], int]:
-    response = await provisioner.client.post("/v1/xprofInstances", json={"runId": "run-e2e"})
+    response = await provisioner.client.post("/v1/xprofInstances", json={"runIds": ["run-e2e"]})
     assert response.status_code == 201, response.text
     [child] = _children(provisioner.process.pid)
     return response.json(), child

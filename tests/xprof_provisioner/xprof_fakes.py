@@ -63,6 +63,7 @@ class FakeProcess:
         self.gate = gate
         self.exit_status: int | None = None
         self.stops = 0
+        self.rss = 100 * 1024 * 1024
         # What the copy held when XProf was launched: the copy must come first.
         self.files_at_launch = sorted(
             p.relative_to(spec.logdir).as_posix() for p in spec.logdir.rglob("*") if p.is_file()
@@ -86,6 +87,9 @@ class FakeProcess:
         if self.exit_status is None:
             self.exit_status = -15
         return self.exit_status
+
+    def memory_bytes(self) -> int:
+        return self.rss if self.exit_status is None else 0
 
     def log_tail(self) -> str:
         return "Traceback: something broke"
@@ -113,6 +117,7 @@ class FakeLauncher:
 
 class World:
     def __init__(self, tmp_path: Path, **overrides: Any) -> None:
+        publish_fails = overrides.pop("publish_fails", False)
         self.store = FileStore(tmp_path / "storage")
         self.settings = XProfProvisionerSettings(
             work_dir=tmp_path / "work",
@@ -121,9 +126,11 @@ class World:
             max_instances=overrides.pop("max_instances", 4),
             idle_timeout_seconds=overrides.pop("idle_timeout_seconds", 60.0),
             startup_timeout_seconds=overrides.pop("startup_timeout_seconds", 5.0),
-            advertised_host="xprof.example",
+            memory_limit_bytes=overrides.pop("memory_limit_bytes", 4 * 1024**3),
+            public_url="https://mldiag.example",
+            **overrides,
         )
-        self.recorder = Recorder(fail=overrides.pop("publish_fails", False))
+        self.recorder = Recorder(fail=publish_fails)
         self.launcher = FakeLauncher()
         self.clock = Clock()
         self.service = XProfProvisioner(

@@ -1,6 +1,7 @@
 """Assembling xprof-provisioner: the one place its parts are wired together."""
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -10,10 +11,14 @@ from mldiag_platform.auth import open_token_directory
 from mldiag_platform.bus import connect_bus
 from mldiag_platform.http import HealthCheck, create_http_app
 from mldiag_platform.storage import open_store
-from mldiag_xprof_provisioner import handlers
+from mldiag_xprof_provisioner import capture_handlers, handlers, sessions_handlers
+from mldiag_xprof_provisioner.capture import CaptureRunner
+from mldiag_xprof_provisioner.capture_process import SubprocessTraceClient
 from mldiag_xprof_provisioner.process import SubprocessLauncher
+from mldiag_xprof_provisioner.proxy import XProfClient
 from mldiag_xprof_provisioner.service import XProfProvisioner
 from mldiag_xprof_provisioner.settings import XProfProvisionerSettings
+from mldiag_xprof_provisioner.warm import SessionWarmer, SubprocessWarmRunner
 
 SERVICE = "xprof-provisioner"
 
@@ -22,6 +27,9 @@ def create_app(settings: XProfProvisionerSettings | None = None) -> FastAPI:
     """Build the provisioner app; connections open and the reaper starts in its lifespan."""
     settings = settings or XProfProvisionerSettings()
     checks: dict[str, HealthCheck] = {}
+    # httpx logs every request at INFO: for the proxy that is a second line per UI request
+    # (with its query), next to our own http.request.handled.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -30,19 +38,39 @@ def create_app(settings: XProfProvisionerSettings | None = None) -> FastAPI:
             open_token_directory(bus) as directory,
         ):
             app.state.tokens = directory
-            service = XProfProvisioner(
-                settings, open_store(settings.storage.url), bus.publisher, SubprocessLauncher()
-            )
+            store = open_store(settings.storage.url)
+            service = XProfProvisioner(settings, store, bus.publisher, SubprocessLauncher())
             await service.remove_stale_copies()
+            warmer = SessionWarmer(settings, store, bus.publisher, SubprocessWarmRunner(), service)
+            bus.consume(
+                sessions_handlers.SESSIONS_CONSUMER,
+                sessions_handlers.SessionsBusHandler(service, warmer).on_sessions,
+            )
+            captures = CaptureRunner(
+                settings.capture,
+                store,
+                bus.publisher,
+                SubprocessTraceClient(settings.capture.probe_timeout_seconds),
+            )
+            bus.consume(
+                capture_handlers.captures_consumer(settings.capture),
+                capture_handlers.CaptureBusHandler(captures).on_commands,
+            )
+            client = XProfClient(settings.proxy_timeout_seconds, settings.proxy_connections)
             reaper = asyncio.create_task(service.run_reaper(), name="xprof-reaper")
             app.state.service = service
-            checks["nats"] = bus.healthy
+            app.state.xprof_client = client
             try:
+                await bus.start()
+                checks["nats"] = bus.healthy
                 yield
             finally:
                 checks.clear()
+                # Before the instances: a warm in hand syncs into them and announces.
+                await bus.stop_consumers()
                 reaper.cancel()
                 await asyncio.wait({reaper})
+                await client.aclose()
                 # Inside the bus context: the STOPPED announcements still need the broker.
                 await service.close()
 

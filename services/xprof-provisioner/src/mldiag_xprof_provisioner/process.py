@@ -1,5 +1,10 @@
-"""XProf as an operating-system process: launching it, probing it, stopping it, and
-checking ports. The service sees this only through its ``XProfLauncher`` protocol.
+"""XProf as a local operating-system process: launching it, probing it, measuring and
+stopping it, and checking ports.
+
+The service sees this only through its ``XProfLauncher`` and ``XProfProcess`` protocols, so
+another backend can take its place: a Kubernetes one would create a pod per instance (the
+copy on a volume, the memory cap as the pod's limit, ``memory_bytes`` from the metrics API)
+and answer ``port_is_free`` for its own address space.
 """
 
 import asyncio
@@ -9,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import structlog
 
@@ -30,10 +36,9 @@ _LOG_TAIL_LINES = 20
 def port_is_free(port: int) -> bool:
     """Whether nothing listens on ``port``, on any interface, IPv4 or IPv6.
 
-    XProf binds its HTTP port on the wildcard address and its gRPC port on 0.0.0.0 with
-    SO_REUSEPORT, so a second XProf on a taken gRPC port starts without complaint; the probe
-    sets only SO_REUSEADDR, so a listener (with or without SO_REUSEPORT) makes it fail
-    while connections lingering in TIME_WAIT do not.
+    Our XProfs listen on 127.0.0.1, other programs anywhere: binding the wildcard address
+    fails for either. The probe sets only SO_REUSEADDR, so a listener (with or without
+    SO_REUSEPORT) makes it fail while connections lingering in TIME_WAIT do not.
     """
     probes: list[tuple[socket.AddressFamily, str]] = [(socket.AF_INET, "0.0.0.0")]
     if socket.has_ipv6:
@@ -81,8 +86,6 @@ class SubprocessLauncher:
             str(spec.logdir),
             "--port",
             str(spec.port),
-            "--grpc_port",
-            str(spec.grpc_port),
         ]
         env = {
             **os.environ,
@@ -156,6 +159,10 @@ class XProfChild:
         await self._process.wait()
         return self._process.returncode
 
+    def memory_bytes(self) -> int:
+        """Its resident memory now (0 once it has exited, or where /proc is missing)."""
+        return resident_bytes(self.pid) if self.returncode is None else 0
+
     def log_tail(self) -> str:
         """The last lines XProf wrote (stdout and stderr), for error reports."""
         try:
@@ -186,6 +193,18 @@ async def _answers(port: int) -> bool:
             writer.close()
     parts = status_line.split()
     return len(parts) >= 2 and parts[0].startswith(b"HTTP/") and parts[1] == b"200"
+
+
+def resident_bytes(pid: int) -> int:
+    """``VmRSS`` of a process from ``/proc`` (0 when it cannot be read)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024  # the kernel reports kB
+    return 0
 
 
 def is_alive(pid: int) -> bool:

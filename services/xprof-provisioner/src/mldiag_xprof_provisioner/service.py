@@ -1,8 +1,13 @@
-"""XProf instances: admitting, copying profiles, bringing up, reaping and stopping them.
+"""XProf instances: admitting, copying sessions, bringing up, syncing, recycling, reaping
+and stopping them.
 
 No HTTP, no bus client and no process handling here: the provisioner depends on small
 protocols (an object store, a message publisher, an XProf launcher) that ``app.py`` fills in.
+The launcher behind ``XProfLauncher``/``XProfProcess`` is local processes today
+(``process.py``); a Kubernetes backend (a pod per instance) fits the same two protocols.
 
+An instance serves the sessions of one or more runs from its own writable logdir,
+``<instance>/logdir/<run>/plugins/profile/<session>/...``, so XProf lists ``<run>/<session>``.
 State lives in memory because the XProf processes are this service's children: when it
 goes, they go (see ``xprof_child``), so there is nothing to recover on restart except the
 copies the previous process left on disk.
@@ -10,27 +15,39 @@ copies the previous process left on disk.
 
 import asyncio
 import os
+import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple, Protocol
 
 import structlog
-from prometheus_client import Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from mldiag_platform.bus import MessagePublisher
-from mldiag_platform.errors import MldiagError
+from mldiag_platform.errors import MldiagError, NotFound
 from mldiag_platform.storage import ObjectStore
 from mldiag_schemas.ids import is_run_id
-from mldiag_schemas.profiling import XProfInstance, XProfInstanceChanged, XProfInstanceState
+from mldiag_schemas.profiling import (
+    SESSION_ID_PATTERN,
+    XPLANE_SUFFIX,
+    XProfInstance,
+    XProfInstanceChanged,
+    XProfInstanceState,
+    session_prefix,
+)
 from mldiag_xprof_provisioner.errors import (
     InstanceNotFound,
+    InstanceNotRunning,
     InvalidRunId,
+    InvalidSessionId,
     NoFreePorts,
+    RunNotFound,
+    SessionNotFound,
     TooManyInstances,
     XProfStartFailed,
 )
@@ -43,25 +60,71 @@ INSTANCES_ACTIVE = Gauge(
 )
 INSTANCE_START_SECONDS = Histogram(
     "mldiag_xprof_instance_start_seconds",
-    "From request to a RUNNING instance: copying profiles and XProf's start-up.",
+    "From request to a RUNNING instance: copying sessions and XProf's start-up.",
     buckets=(0.5, 1, 2, 5, 10, 30, 60, 120),
+)
+INSTANCE_RECYCLES = Counter(
+    "mldiag_xprof_instance_recycles_total",
+    "XProf processes restarted for passing their memory cap.",
+)
+SESSION_FILES_SYNCED = Counter(
+    "mldiag_xprof_session_files_synced_total", "Files copied into running instances' logdirs."
 )
 
 ACTIVE_STATES = frozenset({XProfInstanceState.STARTING, XProfInstanceState.RUNNING})
 OWNER_FILE = "owner.pid"
-"""Inside each instance directory: the pid of the provisioner that made it."""
+"""Inside each instance (and pre-warm) directory: the pid of the provisioner that made it."""
 LOG_FILE = "xprof.log"
 """Inside each instance directory: XProf's stdout and stderr."""
+PROXY_PREFIX = "/xprof"
+"""Where the proxy serves instances: ``/xprof/<instance id>/<XProf path>``."""
+UI_PATH = "data/plugin/profile/"
+"""XProf's UI below an instance's root (its ``<base href>`` is derived from this)."""
 _DOWNLOAD_CONCURRENCY = 8
+_SESSION_ID = re.compile(SESSION_ID_PATTERN)
+
+
+def profile_prefix(run_id: str) -> str:
+    """The object-store prefix of every session of a run."""
+    return f"{run_id}/plugins/profile/"
+
+
+def check_run_id(run_id: str) -> None:
+    """Raise :class:`InvalidRunId` unless ``run_id`` is a valid run id."""
+    if not is_run_id(run_id):
+        raise InvalidRunId(
+            f"invalid run id {run_id!r}: use lower-case letters, digits and '-' (max 63)"
+        )
+
+
+def check_session_id(session_id: str) -> None:
+    """Raise :class:`InvalidSessionId` unless ``session_id`` names a session directory."""
+    if not _SESSION_ID.fullmatch(session_id):
+        raise InvalidSessionId(
+            f"invalid session id {session_id!r}: letters, digits, '.', '_' and '-' (max 128),"
+            " not starting with '.', '_' or '-'"
+        )
+
+
+def session_hosts(keys: Iterable[str], prefix: str) -> list[str]:
+    """The hosts that have an xplane directly under ``prefix``, sorted."""
+    hosts = {
+        name[: -len(XPLANE_SUFFIX)]
+        for key in keys
+        if key.startswith(prefix)
+        and "/" not in (name := key[len(prefix) :])
+        and name.endswith(XPLANE_SUFFIX)
+        and len(name) > len(XPLANE_SUFFIX)
+    }
+    return sorted(hosts)
 
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """What an XProf process needs: a logdir, two ports, and a log file."""
+    """What an XProf process needs: a logdir, a loopback HTTP port, and a log file."""
 
     logdir: Path
     port: int
-    grpc_port: int
     log_path: Path
 
 
@@ -84,6 +147,10 @@ class XProfProcess(Protocol):
 
     async def stop(self, grace: float) -> int | None:
         """Terminate it (kill after ``grace`` seconds) and return its exit status."""
+        ...
+
+    def memory_bytes(self) -> int:
+        """Its resident memory now (0 when unknown)."""
         ...
 
     def log_tail(self) -> str:
@@ -112,7 +179,15 @@ class Started(NamedTuple):
 
     instance: XProfInstance
     created: bool
-    """False when an instance for the run was already starting or running."""
+    """False when an instance serving the runs was already starting or running."""
+
+
+class OpenedSession(NamedTuple):
+    """A session made ready to view: the instance serving it and the session's hosts."""
+
+    instance: XProfInstance
+    hosts: list[str]
+    created: bool
 
 
 def _utcnow() -> datetime:
@@ -122,9 +197,8 @@ def _utcnow() -> datetime:
 @dataclass(eq=False)
 class _Instance:
     instance_id: str
-    run_id: str
+    run_ids: tuple[str, ...]
     port: int
-    grpc_port: int
     directory: Path
     create_time: datetime
     last_access_time: datetime
@@ -134,8 +208,14 @@ class _Instance:
     error: str = ""
     end_time: datetime | None = None
     process: XProfProcess | None = None
+    memory_bytes: int = 0
+    memory_limit_bytes: int = 0
+    recycles: int = 0
+    in_flight: int = 0
+    """Proxied requests being answered: the instance is in use and must not be recycled."""
     # Both tasks are awaited with asyncio.wait by any number of callers: a caller that goes
-    # away (a client disconnecting) never cancels a half-done start or stop.
+    # away (a client disconnecting) never cancels a half-done start or stop. ``startup``
+    # also carries a memory recycle, which is a start on the same logdir.
     startup: "asyncio.Task[None] | None" = None
     stopping: "asyncio.Task[None] | None" = None
 
@@ -147,24 +227,64 @@ class _Instance:
     def logdir(self) -> Path:
         return self.directory / "logdir"
 
+    def serves(self, run_ids: Iterable[str]) -> bool:
+        return set(run_ids) <= set(self.run_ids)
+
     def snapshot(self) -> XProfInstance:
         return XProfInstance(
             name=self.name,
             instance_id=self.instance_id,
-            run_id=self.run_id,
+            run_ids=list(self.run_ids),
             state=self.state,
             url=self.url,
             port=self.port,
-            grpc_port=self.grpc_port,
+            grpc_port=0,  # no gRPC worker: see xprof_child
             logdir=str(self.logdir),
+            memory_bytes=self.memory_bytes,
+            memory_limit_bytes=self.memory_limit_bytes,
+            recycles=self.recycles,
             error=self.error,
             create_time=self.create_time,
             last_access_time=self.last_access_time,
         )
 
 
+class Lease:
+    """A proxied request's hold on a RUNNING instance: where to send it, which runs it may
+    name; while held the instance counts as in use. ``release`` is idempotent."""
+
+    def __init__(self, record: _Instance, clock: Callable[[], datetime]) -> None:
+        self._record = record
+        self._clock = clock
+        self._released = False
+        record.in_flight += 1
+        record.last_access_time = clock()
+
+    @property
+    def instance_id(self) -> str:
+        """The instance's id."""
+        return self._record.instance_id
+
+    @property
+    def port(self) -> int:
+        """XProf's loopback HTTP port."""
+        return self._record.port
+
+    @property
+    def run_ids(self) -> tuple[str, ...]:
+        """The runs the instance serves."""
+        return self._record.run_ids
+
+    def release(self) -> None:
+        """The request is answered: a long answer counts as use until its end."""
+        if not self._released:
+            self._released = True
+            self._record.in_flight -= 1
+            self._record.last_access_time = self._clock()
+
+
 class XProfProvisioner:
-    """Runs at most ``max_instances`` XProf servers, one per run, each on its own copy."""
+    """Runs at most ``max_instances`` XProf servers, each serving some runs from its own copy."""
 
     def __init__(
         self,
@@ -183,21 +303,28 @@ class XProfProvisioner:
         self._instances: dict[str, _Instance] = {}
         self._reserved_ports: set[int] = set()
 
+    @property
+    def work_dir(self) -> Path:
+        """Where instance copies (and pre-warm scratch directories) live."""
+        return self._work_dir
+
     # -- requests -------------------------------------------------------------------------
 
-    async def start(self, run_id: str) -> Started:
-        """Serve ``run_id``'s profiles; reuse the run's instance if one is up or coming up."""
-        if not is_run_id(run_id):
-            raise InvalidRunId(
-                f"invalid run id {run_id!r}: use lower-case letters, digits and '-' (max 63)"
-            )
-        existing = self._active_for_run(run_id)
+    async def start(self, run_ids: Sequence[str]) -> Started:
+        """Serve the sessions of ``run_ids``; reuse an instance (up or coming up) that serves
+        all of them already, else start one."""
+        for run_id in run_ids:
+            check_run_id(run_id)
+        wanted = tuple(sorted(set(run_ids)))
+        if not wanted:
+            raise InvalidRunId("name at least one run to serve")
+        existing = self._active_serving(wanted)
         if existing is not None:
             await self._refresh(existing)  # a crashed XProf must not be handed out again
-            existing = self._active_for_run(run_id)
+            existing = self._active_serving(wanted)
         # From here to create_task nothing awaits: two requests for one run cannot both admit.
         if existing is None:
-            record = self._admit(run_id)
+            record = self._admit(wanted)
             record.startup = _watched(asyncio.create_task(self._bring_up(record)))
             created = True
         else:
@@ -207,10 +334,32 @@ class XProfProvisioner:
         await self._settled(record)
         if record.state is XProfInstanceState.FAILED:
             raise XProfStartFailed(
-                f"XProf for run {run_id!r} did not start: {record.error}",
+                f"XProf for runs {', '.join(wanted)} did not start: {record.error}",
                 details=[{"instance": record.name}],
             )
         return Started(record.snapshot(), created)
+
+    async def open_session(self, run_id: str, session_id: str) -> OpenedSession:
+        """Make a session viewable: find or start an instance serving its run, and make sure
+        the session is in that instance's copy (it may have landed after the copy was made).
+
+        Raises :class:`RunNotFound` / :class:`SessionNotFound` when the store has no xplane.
+        """
+        check_run_id(run_id)
+        check_session_id(session_id)
+        prefix = session_prefix(run_id, session_id)
+        hosts = session_hosts(await self._store.list(prefix), prefix)
+        if not hosts:
+            if not await self._store.list(profile_prefix(run_id)):
+                raise RunNotFound(f"run {run_id!r} has no profile sessions in storage")
+            raise SessionNotFound(
+                f"run {run_id!r} has no session {session_id!r} with a host's xplane"
+            )
+        started = await self.start([run_id])
+        record = self._instances[started.instance.instance_id]
+        if record.state is XProfInstanceState.RUNNING:
+            await self._copy_session(record, run_id, session_id)
+        return OpenedSession(record.snapshot(), hosts, started.created)
 
     async def get(self, instance_id: str) -> XProfInstance:
         """One instance; reading it counts as use, so it postpones the idle stop."""
@@ -231,10 +380,49 @@ class XProfProvisioner:
         await self._stop(record, reason="requested")
         return record.snapshot()
 
+    async def acquire(self, instance_id: str) -> Lease:
+        """Hold a RUNNING instance for one proxied request (waiting out a start or a
+        recycle); raise :class:`InstanceNotRunning` for one that stopped or failed."""
+        record = self._record(instance_id)
+        await self._refresh(record)
+        if record.state is XProfInstanceState.STARTING:
+            await self._settled(record)
+        if record.state is not XProfInstanceState.RUNNING or record.stopping is not None:
+            raise InstanceNotRunning(
+                f"XProf instance {instance_id!r} is {record.state.value}: open the session"
+                " again (/xprof/open) for a running one",
+                details=[{"instance": record.name, "state": record.state.value}],
+            )
+        return Lease(record, self._clock)
+
+    async def sync_session(self, run_id: str, session_id: str) -> int:
+        """Copy a session's new files (a host's xplane, pre-warmed caches) into every active
+        instance serving its run; returns how many files were copied in all.
+
+        XProf rescans its logdir on every ``runs`` call, so a copied session shows up on the
+        next one. Files an instance has already are left alone: XProf may have written its
+        own caches there, and a copy is never fresher than what it computed from the same
+        xplanes.
+        """
+        check_run_id(run_id)
+        check_session_id(session_id)
+        records = [
+            record
+            for record in self._instances.values()
+            if run_id in record.run_ids and record.state in ACTIVE_STATES
+        ]
+        copied = 0
+        for record in records:
+            # A starting instance may have listed the store before this session landed.
+            await self._settled(record)
+            if record.state is XProfInstanceState.RUNNING and record.stopping is None:
+                copied += await self._copy_session(record, run_id, session_id)
+        return copied
+
     # -- lifecycle ------------------------------------------------------------------------
 
     async def remove_stale_copies(self) -> None:
-        """Delete instance directories left by provisioners that are gone (crash, SIGKILL)."""
+        """Delete instance and pre-warm directories left by provisioners that are gone."""
 
         def stale() -> list[Path]:
             if not self._work_dir.is_dir():
@@ -254,19 +442,22 @@ class XProfProvisioner:
             log.info("xprof.copy.stale_removed", directory=str(directory))
 
     async def reap(self) -> None:
-        """Stop instances idle for longer than the idle timeout; notice crashed ones; forget
-        stopped ones after as long again."""
+        """Measure memory and recycle instances past their cap; stop instances idle for
+        longer than the idle timeout; notice crashed ones; forget stopped ones after as long
+        again."""
         now = self._clock()
         idle_after = self._settings.idle_timeout_seconds
         idle: list[_Instance] = []
         for record in list(self._instances.values()):
             await self._refresh(record)
-            if (
-                record.state is XProfInstanceState.RUNNING
-                and record.stopping is None
-                and (now - record.last_access_time).total_seconds() > idle_after
-            ):
-                idle.append(record)
+            if record.state is XProfInstanceState.RUNNING and record.stopping is None:
+                self._measure(record)
+                if record.in_flight:
+                    continue  # in use: neither idle nor to be restarted under a request
+                if (now - record.last_access_time).total_seconds() > idle_after:
+                    idle.append(record)
+                elif self._over_cap(record):
+                    self._recycle(record)
             elif (
                 record.end_time is not None and (now - record.end_time).total_seconds() > idle_after
             ):
@@ -274,8 +465,12 @@ class XProfProvisioner:
         await asyncio.gather(*(self._stop(record, reason="idle") for record in idle))
 
     async def run_reaper(self) -> None:
-        """Reap forever (until cancelled), a few times per idle timeout."""
-        interval = min(max(self._settings.idle_timeout_seconds / 4, 0.05), 30.0)
+        """Reap forever (until cancelled), a few times per idle timeout and at least every
+        ``memory_check_seconds``."""
+        interval = min(
+            self._settings.idle_timeout_seconds / 4, self._settings.memory_check_seconds, 30.0
+        )
+        interval = max(interval, 0.05)
         while True:
             await asyncio.sleep(interval)
             try:
@@ -296,21 +491,20 @@ class XProfProvisioner:
             raise InstanceNotFound(f"no XProf instance {instance_id!r}")
         return record
 
-    def _active_for_run(self, run_id: str) -> _Instance | None:
-        for record in self._instances.values():
-            if (
-                record.run_id == run_id
-                and record.state in ACTIVE_STATES
-                and record.stopping is None
-            ):
-                return record
-        return None
+    def _active_serving(self, run_ids: tuple[str, ...]) -> _Instance | None:
+        candidates = [
+            record
+            for record in self._instances.values()
+            if record.serves(run_ids) and record.state in ACTIVE_STATES and record.stopping is None
+        ]
+        # The tightest fit: an instance of exactly these runs before a bigger one.
+        return min(candidates, key=lambda r: (len(r.run_ids), r.create_time), default=None)
 
     def _active_count(self) -> int:
-        # An instance being stopped still holds its process and ports until it is STOPPED.
+        # An instance being stopped still holds its process and port until it is STOPPED.
         return sum(1 for record in self._instances.values() if record.state in ACTIVE_STATES)
 
-    def _admit(self, run_id: str) -> _Instance:
+    def _admit(self, run_ids: tuple[str, ...]) -> _Instance:
         limit = self._settings.max_instances
         if self._active_count() >= limit:
             raise TooManyInstances(
@@ -318,70 +512,69 @@ class XProfProvisioner:
                 f"wait until an idle one is stopped (after "
                 f"{self._settings.idle_timeout_seconds:g} s unused)"
             )
-        port, grpc_port = self._allocate_ports()
+        port = self._allocate_port()
         instance_id = str(uuid.uuid4())
         now = self._clock()
         record = _Instance(
             instance_id=instance_id,
-            run_id=run_id,
+            run_ids=run_ids,
             port=port,
-            grpc_port=grpc_port,
             directory=self._work_dir / instance_id,
             create_time=now,
             last_access_time=now,
-            log=log.bind(instance_id=instance_id, run_id=run_id),
+            memory_limit_bytes=self._settings.memory_limit_bytes,
+            log=log.bind(instance_id=instance_id, run_ids=list(run_ids)),
         )
         self._instances[instance_id] = record
-        self._reserved_ports.update((port, grpc_port))
+        self._reserved_ports.add(port)
         INSTANCES_ACTIVE.set(self._active_count())
         return record
 
-    def _allocate_ports(self) -> tuple[int, int]:
-        found: list[int] = []
+    def _allocate_port(self) -> int:
         for port in self._settings.instance_ports:
-            if port in self._reserved_ports or not self._launcher.port_is_free(port):
-                continue
-            found.append(port)
-            if len(found) == 2:
-                return found[0], found[1]
+            if port not in self._reserved_ports and self._launcher.port_is_free(port):
+                return port
         ports = self._settings.instance_ports
-        raise NoFreePorts(
-            f"no two free ports left in {ports.start}-{ports.stop - 1} for another XProf"
-        )
+        raise NoFreePorts(f"no free port left in {ports.start}-{ports.stop - 1} for another XProf")
+
+    def _url(self, record: _Instance) -> str:
+        return f"{self._settings.base_url}{PROXY_PREFIX}/{record.instance_id}/{UI_PATH}"
 
     async def _bring_up(self, record: _Instance) -> None:
         started = time.perf_counter()
         await self._announce(record)
         try:
-            files, size = await self._copy_profiles(record)
-            record.process = await self._launcher.launch(
-                LaunchSpec(
-                    logdir=record.logdir,
-                    port=record.port,
-                    grpc_port=record.grpc_port,
-                    log_path=record.directory / LOG_FILE,
-                )
-            )
-            await self._wait_ready(record, record.process)
+            files, size = await self._copy_runs(record)
+            await self._launch(record)
         except Exception as exc:  # noqa: BLE001  # whatever went wrong is the instance's FAILED reason
-            reason = exc.message if isinstance(exc, MldiagError) else f"{type(exc).__name__}: {exc}"
-            record.log.warning("xprof.instance.start_failed", error=reason)
-            await self._teardown(record, XProfInstanceState.FAILED, reason)
+            await self._fail(record, exc)
             return
         record.state = XProfInstanceState.RUNNING
-        record.url = f"http://{self._settings.advertised_host}:{record.port}/"
+        record.url = self._url(record)
         elapsed = time.perf_counter() - started
         INSTANCE_START_SECONDS.observe(elapsed)
         record.log.info(
             "xprof.instance.running",
             port=record.port,
-            grpc_port=record.grpc_port,
-            pid=record.process.pid,
+            pid=record.process.pid if record.process else None,
             files=files,
             bytes=size,
             duration_ms=round(elapsed * 1000, 1),
         )
         await self._announce(record)
+
+    async def _launch(self, record: _Instance) -> None:
+        spec = LaunchSpec(
+            logdir=record.logdir, port=record.port, log_path=record.directory / LOG_FILE
+        )
+        record.process = await self._launcher.launch(spec)
+        await self._wait_ready(record, record.process)
+        record.memory_bytes = record.process.memory_bytes()
+
+    async def _fail(self, record: _Instance, exc: Exception) -> None:
+        reason = exc.message if isinstance(exc, MldiagError) else f"{type(exc).__name__}: {exc}"
+        record.log.warning("xprof.instance.start_failed", error=reason)
+        await self._teardown(record, XProfInstanceState.FAILED, reason)
 
     async def _wait_ready(self, record: _Instance, process: XProfProcess) -> None:
         limit = self._settings.startup_timeout_seconds
@@ -394,34 +587,122 @@ class XProfProvisioner:
                 f"Log tail:\n{process.log_tail()}"
             ) from None
 
-    async def _copy_profiles(self, record: _Instance) -> tuple[int, int]:
-        """Download the run's profile tree into the instance's own writable logdir.
+    def _measure(self, record: _Instance) -> None:
+        if record.process is not None:
+            record.memory_bytes = record.process.memory_bytes()
+
+    def _over_cap(self, record: _Instance) -> bool:
+        limit = record.memory_limit_bytes
+        return limit > 0 and record.memory_bytes > limit
+
+    def _recycle(self, record: _Instance) -> None:
+        """Restart a RUNNING instance's XProf on the same logdir and port, keeping its id.
+
+        XProf never returns the memory a large trace took, so the only way back under the
+        cap is a fresh process; the caches it wrote stay in the logdir, so nothing already
+        converted is converted again. It is called only while no request is in flight: a
+        restart under a request would cut its answer, and the request itself is what grows
+        the memory, so right after it is the moment to recycle.
+        """
+        record.log.info(
+            "xprof.instance.recycling",
+            memory_bytes=record.memory_bytes,
+            memory_limit_bytes=record.memory_limit_bytes,
+        )
+        record.state = XProfInstanceState.STARTING
+        record.startup = _watched(asyncio.create_task(self._restart(record)))
+
+    async def _restart(self, record: _Instance) -> None:
+        started = time.perf_counter()
+        await self._announce(record)
+        try:
+            if record.process is not None:
+                await record.process.stop(self._settings.stop_grace_seconds)
+            await self._launch(record)
+        except Exception as exc:  # noqa: BLE001  # whatever went wrong is the instance's FAILED reason
+            await self._fail(record, exc)
+            return
+        record.recycles += 1
+        INSTANCE_RECYCLES.inc()
+        record.state = XProfInstanceState.RUNNING
+        record.log.info(
+            "xprof.instance.recycled",
+            recycles=record.recycles,
+            memory_bytes=record.memory_bytes,
+            duration_ms=round((time.perf_counter() - started) * 1000, 1),
+        )
+        await self._announce(record)
+
+    async def _copy_runs(self, record: _Instance) -> tuple[int, int]:
+        """Download the runs' session trees into the instance's own writable logdir.
 
         XProf writes its caches next to each xplane and shows nothing on read-only data;
-        a private copy also keeps one instance from reading another run's files.
+        a private copy also keeps one instance from reading another's runs. Pre-warmed
+        caches in the store come along, so a warmed session opens without converting.
         """
-        prefix = f"{record.run_id}/plugins/profile/"
-        profile_root = record.logdir / "plugins" / "profile"
 
         def prepare() -> None:
-            profile_root.mkdir(parents=True)  # XProf refuses a logdir that does not exist
+            for run_id in record.run_ids:
+                # XProf refuses a logdir that does not exist; an empty run still shows as one.
+                (record.logdir / run_id / "plugins" / "profile").mkdir(parents=True)
             (record.directory / OWNER_FILE).write_text(str(os.getpid()))
 
         await asyncio.to_thread(prepare)
+        copies = await asyncio.gather(
+            *(
+                self._copy_prefix(record, run_id, profile_prefix(run_id))
+                for run_id in record.run_ids
+            )
+        )
+        files = sum(count for count, _ in copies)
+        size = sum(size for _, size in copies)
+        record.log.debug("xprof.copy.done", files=files, bytes=size)
+        return files, size
+
+    async def _copy_session(self, record: _Instance, run_id: str, session_id: str) -> int:
+        count, size = await self._copy_prefix(
+            record, run_id, session_prefix(run_id, session_id), skip_existing=True
+        )
+        if count:
+            SESSION_FILES_SYNCED.inc(count)
+            record.log.info(
+                "xprof.session.synced",
+                run_id=run_id,
+                session_id=session_id,
+                files=count,
+                bytes=size,
+            )
+        return count
+
+    async def _copy_prefix(
+        self, record: _Instance, run_id: str, prefix: str, *, skip_existing: bool = False
+    ) -> tuple[int, int]:
+        run_root = record.logdir / run_id
+        base = profile_prefix(run_id)
         keys = await self._store.list(prefix)
-        targets = [(key, _target(profile_root, key[len(prefix) :])) for key in keys]
-        wanted = [(key, target) for key, target in targets if target is not None]
+        targets = [
+            (key, _target(run_root / "plugins" / "profile", key[len(base) :])) for key in keys
+        ]
+        wanted = [
+            (key, target)
+            for key, target in targets
+            if target is not None and not (skip_existing and target.exists())
+        ]
         gate = asyncio.Semaphore(_DOWNLOAD_CONCURRENCY)
 
         async def fetch(key: str, target: Path) -> int:
             async with gate:
-                data = await self._store.get(key)
-                await asyncio.to_thread(_write_file, target, data)
+                try:
+                    data = await self._store.get(key)
+                except NotFound:
+                    return -1  # deleted between list and get: nothing to copy
+                await asyncio.to_thread(write_atomically, target, data)
                 return len(data)
 
-        sizes = await asyncio.gather(*(fetch(key, target) for key, target in wanted))
-        record.log.debug("xprof.copy.done", files=len(wanted), bytes=sum(sizes))
-        return len(wanted), sum(sizes)
+        sizes = [
+            size for size in await asyncio.gather(*(fetch(k, t) for k, t in wanted)) if size >= 0
+        ]
+        return len(sizes), sum(sizes)
 
     async def _refresh(self, record: _Instance) -> None:
         """Notice an XProf that died on its own: it is FAILED, with its last words."""
@@ -457,14 +738,14 @@ class XProfProvisioner:
             await self._teardown(record, XProfInstanceState.STOPPED, "")
 
     async def _settled(self, record: _Instance) -> None:
-        """Wait for a pending start, then for a stop that may have begun meanwhile."""
+        """Wait for a pending start (or recycle), then for a stop that may have begun."""
         if record.startup is not None:
             await asyncio.wait({record.startup})
         if record.stopping is not None:
             await asyncio.wait({record.stopping})
 
     async def _teardown(self, record: _Instance, state: XProfInstanceState, error: str) -> None:
-        """Stop the process, delete the copy, free the ports, record and announce ``state``.
+        """Stop the process, delete the copy, free the port, record and announce ``state``.
 
         Every step tolerates its work having been half done by an interrupted teardown.
         """
@@ -472,10 +753,11 @@ class XProfProvisioner:
         if record.process is not None:
             status = await record.process.stop(self._settings.stop_grace_seconds)
         await asyncio.to_thread(shutil.rmtree, record.directory, ignore_errors=True)
-        self._reserved_ports.difference_update((record.port, record.grpc_port))
+        self._reserved_ports.discard(record.port)
         record.state = state
         record.error = error
         record.url = ""
+        record.memory_bytes = 0
         record.end_time = self._clock()
         INSTANCES_ACTIVE.set(self._active_count())
         record.log.info("xprof.instance.stopped", state=state.value, exit_status=status)
@@ -512,6 +794,13 @@ def _target(root: Path, relative: str) -> Path | None:
     return root.joinpath(*path.parts)
 
 
-def _write_file(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``path`` through a temporary name, so XProf never reads half a file.
+
+    The temporary name ends in neither ``.xplane.pb`` nor a cache suffix, so a rescan that
+    runs meanwhile does not take it for a host.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.part")
+    temporary.write_bytes(data)
+    temporary.replace(path)

@@ -1,11 +1,23 @@
-"""The entry point of every XProf child: it dies with the provisioner, then serves XProf.
+"""The entry point of every XProf child: it dies with the provisioner, then serves XProf on
+loopback only.
 
-``python -m mldiag_xprof_provisioner.xprof_child --logdir D --port P --grpc_port G`` takes
-XProf's own flags (it is ``xprof server`` with one addition). The provisioner stops its
-instances on every orderly shutdown; this covers the other case, a provisioner killed with
-SIGKILL or crashing, which would otherwise leave XProf processes holding ports and memory.
+``python -P -m mldiag_xprof_provisioner.xprof_child --logdir D --port P`` is ``xprof server``
+with three differences:
+
+- HTTP listens on 127.0.0.1, not on every interface: ``xprof server`` has no bind-address
+  flag, so this assembles the server from the same parts (``xprof.server``'s context, plugin
+  loader and ``run_server``, which does take a host) and only the provisioner's proxy, on the
+  same machine, can reach it;
+- no gRPC worker service: XProf's C++ worker listens on 0.0.0.0 with no way to choose the
+  address and no authentication, and one instance processes its sessions itself without it
+  (multi-host trace viewer and overview included); it only matters for spreading one
+  session's hosts over several XProfs (``--worker_service_address``), which we don't do;
+- it dies with the provisioner. The provisioner stops its instances on every orderly
+  shutdown; this covers a provisioner killed with SIGKILL or crashing, which would otherwise
+  leave XProf processes holding ports and memory.
 """
 
+import argparse
 import ctypes
 import os
 import signal
@@ -14,10 +26,13 @@ import sys
 PARENT_PID_ENV = "MLDIAG_XPROF_PARENT_PID"
 """Set by the provisioner to its pid, so the child can tell whether it was orphaned already."""
 
+LOOPBACK = "127.0.0.1"
+
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """Arrange for SIGKILL when the parent goes; exit now if it is gone already."""
     if sys.platform == "linux":
         libc = ctypes.CDLL(None, use_errno=True)
         # SIGKILL rather than SIGTERM: an orphan has nobody to report to, nothing to flush.
@@ -28,12 +43,36 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def main() -> int:
-    """Arrange to die with the parent, then run XProf's server until signalled."""
-    _die_with_parent()
+def _arguments(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="xprof_child")
+    parser.add_argument("--logdir", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default=LOOPBACK)
+    return parser.parse_args(argv)
+
+
+def serve(logdir: str, host: str, port: int) -> None:
+    """XProf's ``_launch_server`` without the gRPC worker, on ``host``; blocks."""
     from xprof import server  # type: ignore[import-untyped]  # noqa: PLC0415  # heavy, untyped
 
-    return int(server.main(sys.argv[1:]))
+    context = server.TBContext(logdir, server.DataProvider(logdir), server.TBContext.Flags(False))
+    # The proxy refuses capture_profile anyway; hiding the button keeps the UI honest.
+    context.hide_capture_profile_button = True
+    context.enable_tab_name_label = False
+    context.src_prefix = None
+    plugin = server.ProfilePluginLoader().load(context)
+    server.run_server(plugin, host, port)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Arrange to die with the parent, then run XProf's server until signalled."""
+    die_with_parent()
+    args = _arguments(sys.argv[1:] if argv is None else argv)
+    if not os.path.isdir(args.logdir):
+        sys.stderr.write(f"log directory {args.logdir!r} does not exist\n")
+        return 2
+    serve(os.path.abspath(args.logdir), args.host, args.port)
+    return 0
 
 
 if __name__ == "__main__":
