@@ -17,8 +17,8 @@ import pytest
 
 from conftest import ApiTokens
 from mldiag_platform.storage import FileStore
-from mldiag_xprof_provisioner.process import SubprocessLauncher
-from mldiag_xprof_provisioner.service import XProfProvisioner
+from mldiag_xprof_provisioner.instances.process import SubprocessLauncher
+from mldiag_xprof_provisioner.instances.service import XProfProvisioner
 from mldiag_xprof_provisioner.settings import XProfProvisionerSettings
 from support import wait_until
 from xprof_provisioner.xprof_fakes import Recorder
@@ -49,7 +49,7 @@ def _children(parent: int) -> list[int]:
             continue
         # The command may contain spaces and parentheses: ppid is the 2nd field after ")".
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and b"xprof_child" in cmdline:
+        if ppid == parent and b"mldiag_xprof_provisioner.instances.child" in cmdline:
             found.append(int(entry.name))
     return found
 

@@ -12,7 +12,8 @@ from mldiag_platform.storage import FileStore
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.profiling import XProfInstanceChanged, XProfInstanceState
 from mldiag_xprof_provisioner.errors import XProfStartFailed
-from mldiag_xprof_provisioner.service import LaunchSpec, XProfProvisioner
+from mldiag_xprof_provisioner.instances.backend import LaunchSpec
+from mldiag_xprof_provisioner.instances.service import XProfProvisioner
 from mldiag_xprof_provisioner.settings import XProfProvisionerSettings
 
 STARTING, RUNNING, STOPPED, FAILED = (

@@ -11,14 +11,16 @@ from mldiag_platform.auth import open_token_directory
 from mldiag_platform.bus import connect_bus
 from mldiag_platform.http import HealthCheck, create_http_app
 from mldiag_platform.storage import open_store
-from mldiag_xprof_provisioner import capture_handlers, handlers, sessions_handlers
-from mldiag_xprof_provisioner.capture import CaptureRunner
-from mldiag_xprof_provisioner.capture_process import SubprocessTraceClient
-from mldiag_xprof_provisioner.process import SubprocessLauncher
-from mldiag_xprof_provisioner.proxy import XProfClient
-from mldiag_xprof_provisioner.service import XProfProvisioner
+from mldiag_xprof_provisioner.captures import handlers as captures_handlers
+from mldiag_xprof_provisioner.captures.process import SubprocessTraceClient
+from mldiag_xprof_provisioner.captures.service import CaptureRunner
+from mldiag_xprof_provisioner.instances import handlers as instances_handlers
+from mldiag_xprof_provisioner.instances.process import SubprocessLauncher
+from mldiag_xprof_provisioner.instances.proxy import XProfClient
+from mldiag_xprof_provisioner.instances.service import XProfProvisioner
 from mldiag_xprof_provisioner.settings import XProfProvisionerSettings
-from mldiag_xprof_provisioner.warm import SessionWarmer, SubprocessWarmRunner
+from mldiag_xprof_provisioner.warm import handlers as warm_handlers
+from mldiag_xprof_provisioner.warm.service import SessionWarmer, SubprocessWarmRunner
 
 SERVICE = "xprof-provisioner"
 
@@ -43,8 +45,8 @@ def create_app(settings: XProfProvisionerSettings | None = None) -> FastAPI:
             await service.remove_stale_copies()
             warmer = SessionWarmer(settings, store, bus.publisher, SubprocessWarmRunner(), service)
             bus.consume(
-                sessions_handlers.SESSIONS_CONSUMER,
-                sessions_handlers.SessionsBusHandler(service, warmer).on_sessions,
+                warm_handlers.SESSIONS_CONSUMER,
+                warm_handlers.SessionsBusHandler(service, warmer).on_sessions,
             )
             captures = CaptureRunner(
                 settings.capture,
@@ -53,8 +55,8 @@ def create_app(settings: XProfProvisionerSettings | None = None) -> FastAPI:
                 SubprocessTraceClient(settings.capture.probe_timeout_seconds),
             )
             bus.consume(
-                capture_handlers.captures_consumer(settings.capture),
-                capture_handlers.CaptureBusHandler(captures).on_commands,
+                captures_handlers.captures_consumer(settings.capture),
+                captures_handlers.CaptureBusHandler(captures).on_commands,
             )
             client = XProfClient(settings.proxy_timeout_seconds, settings.proxy_connections)
             reaper = asyncio.create_task(service.run_reaper(), name="xprof-reaper")
@@ -76,5 +78,5 @@ def create_app(settings: XProfProvisionerSettings | None = None) -> FastAPI:
 
     app = create_http_app(SERVICE, lifespan, checks)
     app.state.settings = settings
-    app.include_router(handlers.router)
+    app.include_router(instances_handlers.router)
     return app

@@ -7,7 +7,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mldiag_platform.settings import LogSettings, NatsSettings, StorageSettings
-from mldiag_xprof_provisioner.capture import CaptureSettings
+from mldiag_xprof_provisioner.captures.settings import CaptureSettings
 
 GIB = 1024**3
 

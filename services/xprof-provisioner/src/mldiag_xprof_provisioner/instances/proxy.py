@@ -34,7 +34,7 @@ from mldiag_xprof_provisioner.errors import (
     InvalidParameter,
     XProfUnreachable,
 )
-from mldiag_xprof_provisioner.xprof_child import LOOPBACK
+from mldiag_xprof_provisioner.instances.child import LOOPBACK
 
 PLUGIN = "data/plugin/profile"
 """XProf's UI and API live below this path."""

@@ -5,7 +5,8 @@ import asyncio
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_schemas import bus
 from mldiag_schemas.profiling import CaptureProfile
-from mldiag_xprof_provisioner.capture import CaptureRunner, CaptureSettings
+from mldiag_xprof_provisioner.captures.service import CaptureRunner
+from mldiag_xprof_provisioner.captures.settings import CaptureSettings
 
 
 def captures_consumer(settings: CaptureSettings) -> ConsumerSpec[CaptureProfile]:

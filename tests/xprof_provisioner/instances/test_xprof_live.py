@@ -22,8 +22,9 @@ from mldiag_schemas.messages import parse_message
 from mldiag_schemas.profiling import XProfInstanceChanged, XProfInstanceState
 from mldiag_xprof_provisioner.app import create_app
 from mldiag_xprof_provisioner.errors import XProfStartFailed
-from mldiag_xprof_provisioner.process import SubprocessLauncher, XProfChild, port_is_free
-from mldiag_xprof_provisioner.service import LaunchSpec, XProfProvisioner
+from mldiag_xprof_provisioner.instances.backend import LaunchSpec
+from mldiag_xprof_provisioner.instances.process import SubprocessLauncher, XProfChild, port_is_free
+from mldiag_xprof_provisioner.instances.service import XProfProvisioner
 from mldiag_xprof_provisioner.settings import XProfProvisionerSettings
 from support import serving, wait_until
 from xprof_provisioner.xprof_fakes import Recorder

@@ -3,7 +3,7 @@
 import pytest
 
 from mldiag_xprof_provisioner.errors import ForbiddenParameter, ForbiddenRoute, InvalidParameter
-from mldiag_xprof_provisioner.proxy import API_PARAMETERS, STATIC_FILES, route
+from mldiag_xprof_provisioner.instances.proxy import API_PARAMETERS, STATIC_FILES, route
 
 RUNS = ("run-a", "run-b")
 

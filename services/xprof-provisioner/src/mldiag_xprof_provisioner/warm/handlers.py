@@ -15,8 +15,8 @@ import structlog
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_schemas import bus
 from mldiag_schemas.profiling import ProfilerSession, ProfilerSessionChanged
-from mldiag_xprof_provisioner.service import XProfProvisioner
-from mldiag_xprof_provisioner.warm import WARMS, SessionWarmer
+from mldiag_xprof_provisioner.instances.service import XProfProvisioner
+from mldiag_xprof_provisioner.warm.service import WARMS, SessionWarmer
 
 log = structlog.get_logger(__name__)
 

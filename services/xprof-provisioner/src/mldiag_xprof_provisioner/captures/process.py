@@ -1,6 +1,6 @@
 """XProf's capture client as an operating-system process: probing targets, running
-``capture_child`` with a timeout, and reading back what it wrote. The runner sees this only
-through its ``TraceClient`` protocol.
+the capture child (``child.py``) with a timeout, and reading back what it wrote. The runner
+sees this only through its ``TraceClient`` protocol.
 """
 
 import asyncio
@@ -16,8 +16,12 @@ from pathlib import Path
 import structlog
 
 from mldiag_schemas.profiling import XPLANE_SUFFIX
-from mldiag_xprof_provisioner import capture_child
-from mldiag_xprof_provisioner.capture import MULTI_HOST_DELAY_SECONDS, TraceRequest, TraceResult
+from mldiag_xprof_provisioner.captures import child
+from mldiag_xprof_provisioner.captures.service import (
+    MULTI_HOST_DELAY_SECONDS,
+    TraceRequest,
+    TraceResult,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -56,7 +60,7 @@ class SubprocessTraceClient:
         return None
 
     async def trace(self, request: TraceRequest) -> TraceResult:
-        """Run ``capture_child``, kill it past the timeout, read what it wrote."""
+        """Run the capture child, kill it past the timeout, read what it wrote."""
         logdir = request.work_dir / "logdir"
         result_path = request.work_dir / "result.json"
         log_path = request.work_dir / "client.log"
@@ -65,7 +69,7 @@ class SubprocessTraceClient:
             self._python,
             "-P",  # never import modules from the child's working directory
             "-m",
-            capture_child.__name__,
+            child.__name__,
             f"--result={result_path}",
             f"--service-addr={','.join(request.addresses)}",
             f"--logdir={logdir}",
@@ -77,7 +81,7 @@ class SubprocessTraceClient:
             f"--python-tracer-level={levels.python_tracer_level}",
             "--delay-ms=0",
         ]
-        env = {**os.environ, capture_child.PARENT_PID_ENV: str(os.getpid())}
+        env = {**os.environ, child.PARENT_PID_ENV: str(os.getpid())}
         timed_out = False
         with log_path.open("wb") as log_file:
             process = await asyncio.create_subprocess_exec(

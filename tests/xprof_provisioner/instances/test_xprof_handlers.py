@@ -10,8 +10,8 @@ from fastapi import FastAPI
 
 from mldiag_platform.http import create_http_app
 from mldiag_schemas.auth import Role
-from mldiag_xprof_provisioner import handlers
-from mldiag_xprof_provisioner.proxy import XProfClient
+from mldiag_xprof_provisioner.instances import handlers
+from mldiag_xprof_provisioner.instances.proxy import XProfClient
 from mldiag_xprof_provisioner.settings import XProfProvisionerSettings
 from support import StaticTokens
 from xprof_provisioner.xprof_fakes import World

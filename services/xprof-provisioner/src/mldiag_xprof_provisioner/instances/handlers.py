@@ -35,8 +35,8 @@ from mldiag_xprof_provisioner.errors import (
     InvalidStartRequest,
     MethodNotAllowed,
 )
-from mldiag_xprof_provisioner.proxy import XProfClient, check_host, check_tool, route
-from mldiag_xprof_provisioner.service import PROXY_PREFIX, UI_PATH, XProfProvisioner
+from mldiag_xprof_provisioner.instances.proxy import XProfClient, check_host, check_tool, route
+from mldiag_xprof_provisioner.instances.service import PROXY_PREFIX, UI_PATH, XProfProvisioner
 from mldiag_xprof_provisioner.settings import XProfProvisionerSettings
 
 router = APIRouter()

@@ -3,7 +3,7 @@ xplanes, so every instance that copies the session later opens it without conver
 
 A 25 MB xplane takes XProf ~4 s per tool on first open and ~0.3 s once cached; the cache is
 relocatable (plain files in the session directory), so one conversion serves every instance
-and every user. The conversion runs in its own process (``warm_child``) behind the
+and every user. The conversion runs in its own process (``child.py``) behind the
 ``WarmRunner`` protocol: locally a subprocess here, a Kubernetes Job in another backend.
 
 Order of work for a session: download its SUCCEEDED hosts' xplanes to a scratch directory,
@@ -42,10 +42,12 @@ from mldiag_schemas.profiling import (
     ProfilerSessionReported,
     session_prefix,
 )
-from mldiag_xprof_provisioner import warm_child, xprof_child
 from mldiag_xprof_provisioner.errors import WarmFailed
-from mldiag_xprof_provisioner.service import OWNER_FILE, XProfProvisioner, write_atomically
+from mldiag_xprof_provisioner.instances import child as xprof_child
+from mldiag_xprof_provisioner.instances.copies import OWNER_FILE, write_atomically
+from mldiag_xprof_provisioner.instances.service import XProfProvisioner
 from mldiag_xprof_provisioner.settings import XProfProvisionerSettings
+from mldiag_xprof_provisioner.warm import child as warm_child
 
 log = structlog.get_logger(__name__)
 
@@ -99,7 +101,7 @@ class WarmRunner(Protocol):
 
 
 class SubprocessWarmRunner:
-    """``python -P -m mldiag_xprof_provisioner.warm_child DIR`` as a child process."""
+    """``python -P -m mldiag_xprof_provisioner.warm.child DIR`` as a child process."""
 
     def __init__(self, python: str = sys.executable) -> None:
         self._python = python

@@ -1,7 +1,7 @@
 """The entry point of every capture child: it dies with the provisioner, then runs XProf's
 capture client once and writes how that went to a small JSON file.
 
-``python -P -m mldiag_xprof_provisioner.capture_child --result R --service-addr a:p,b:q
+``python -P -m mldiag_xprof_provisioner.captures.child --result R --service-addr a:p,b:q
 --logdir D --duration-ms N --attempts K --session-id S [--host-tracer-level ...]``.
 
 The client (``xprof.convert._pywrap_profiler_plugin.trace``, what XProf's own capture

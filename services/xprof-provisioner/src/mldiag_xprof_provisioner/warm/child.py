@@ -1,6 +1,6 @@
 """Pre-warming XProf's caches for one session directory, in a process of its own.
 
-``python -P -m mldiag_xprof_provisioner.warm_child DIR`` converts every ``<host>.xplane.pb``
+``python -P -m mldiag_xprof_provisioner.warm.child DIR`` converts every ``<host>.xplane.pb``
 in ``DIR`` the way XProf's server would on the first open, so the server finds the results
 next to the xplanes and answers from them:
 
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from mldiag_xprof_provisioner.xprof_child import die_with_parent
+from mldiag_xprof_provisioner.instances.child import die_with_parent
 
 CACHE_VERSION_FILE = "cache_version.txt"
 """XProf's cache marker (``profile_plugin.CACHE_VERSION_FILE``)."""
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent()
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        sys.stderr.write("usage: python -m mldiag_xprof_provisioner.warm_child DIR\n")
+        sys.stderr.write("usage: python -m mldiag_xprof_provisioner.warm.child DIR\n")
         return 2
     summary = warm(Path(args[0]))
     sys.stdout.write(json.dumps(summary) + "\n")

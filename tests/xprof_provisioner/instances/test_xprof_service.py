@@ -17,7 +17,8 @@ from mldiag_xprof_provisioner.errors import (
     TooManyInstances,
     XProfStartFailed,
 )
-from mldiag_xprof_provisioner.service import OWNER_FILE, XProfProvisioner
+from mldiag_xprof_provisioner.instances.copies import OWNER_FILE
+from mldiag_xprof_provisioner.instances.service import XProfProvisioner
 from xprof_provisioner.xprof_fakes import FAILED, RUNNING, STARTING, STOPPED, World
 
 

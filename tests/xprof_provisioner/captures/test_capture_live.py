@@ -25,14 +25,10 @@ from mldiag_schemas.profiling import (
     ProfilerSessionReported,
     TracerLevels,
 )
-from mldiag_xprof_provisioner.capture import (
-    CaptureRunner,
-    CaptureSettings,
-    TraceRequest,
-    TraceResult,
-)
-from mldiag_xprof_provisioner.capture_handlers import CaptureBusHandler, captures_consumer
-from mldiag_xprof_provisioner.capture_process import SubprocessTraceClient
+from mldiag_xprof_provisioner.captures.handlers import CaptureBusHandler, captures_consumer
+from mldiag_xprof_provisioner.captures.process import SubprocessTraceClient
+from mldiag_xprof_provisioner.captures.service import CaptureRunner, TraceRequest, TraceResult
+from mldiag_xprof_provisioner.captures.settings import CaptureSettings
 from support import free_port, read_messages, wait_until
 from xprof_provisioner.xprof_fakes import Recorder
 

@@ -1,10 +1,10 @@
 """XProf as a local operating-system process: launching it, probing it, measuring and
 stopping it, and checking ports.
 
-The service sees this only through its ``XProfLauncher`` and ``XProfProcess`` protocols, so
-another backend can take its place: a Kubernetes one would create a pod per instance (the
-copy on a volume, the memory cap as the pod's limit, ``memory_bytes`` from the metrics API)
-and answer ``port_is_free`` for its own address space.
+The service sees this only through its ``XProfLauncher`` and ``XProfProcess`` protocols
+(``backend.py``), so another backend can take its place: a Kubernetes one would create a pod
+per instance (the copy on a volume, the memory cap as the pod's limit, ``memory_bytes`` from
+the metrics API) and answer ``port_is_free`` for its own address space.
 """
 
 import asyncio
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import structlog
 
-from mldiag_xprof_provisioner import xprof_child
 from mldiag_xprof_provisioner.errors import XProfStartFailed
-from mldiag_xprof_provisioner.service import LaunchSpec
+from mldiag_xprof_provisioner.instances import child
+from mldiag_xprof_provisioner.instances.backend import LaunchSpec
 
 log = structlog.get_logger(__name__)
 
@@ -81,7 +81,7 @@ class SubprocessLauncher:
             self._python,
             "-P",  # never import modules from the child's working directory
             "-m",
-            xprof_child.__name__,
+            child.__name__,
             "--logdir",
             str(spec.logdir),
             "--port",
@@ -89,7 +89,7 @@ class SubprocessLauncher:
         ]
         env = {
             **os.environ,
-            xprof_child.PARENT_PID_ENV: str(os.getpid()),
+            child.PARENT_PID_ENV: str(os.getpid()),
             # A crash's last words must reach the log file, whose tail becomes the FAILED reason.
             "PYTHONUNBUFFERED": "1",
         }

@@ -20,14 +20,10 @@ from mldiag_schemas.profiling import (
     ProfilerSessionReported,
     TracerLevels,
 )
-from mldiag_xprof_provisioner import capture_process
-from mldiag_xprof_provisioner.capture import (
-    CaptureRunner,
-    CaptureSettings,
-    TraceRequest,
-    TraceResult,
-)
-from mldiag_xprof_provisioner.capture_handlers import CaptureBusHandler, captures_consumer
+from mldiag_xprof_provisioner.captures import process as capture_process
+from mldiag_xprof_provisioner.captures.handlers import CaptureBusHandler, captures_consumer
+from mldiag_xprof_provisioner.captures.service import CaptureRunner, TraceRequest, TraceResult
+from mldiag_xprof_provisioner.captures.settings import CaptureSettings
 from xprof_provisioner.xprof_fakes import Recorder
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -1,7 +1,7 @@
 """The entry point of every XProf child: it dies with the provisioner, then serves XProf on
 loopback only.
 
-``python -P -m mldiag_xprof_provisioner.xprof_child --logdir D --port P`` is ``xprof server``
+``python -P -m mldiag_xprof_provisioner.instances.child --logdir D --port P`` is ``xprof server``
 with three differences:
 
 - HTTP listens on 127.0.0.1, not on every interface: ``xprof server`` has no bind-address

@@ -3,38 +3,35 @@ and stopping them.
 
 No HTTP, no bus client and no process handling here: the provisioner depends on small
 protocols (an object store, a message publisher, an XProf launcher) that ``app.py`` fills in.
-The launcher behind ``XProfLauncher``/``XProfProcess`` is local processes today
-(``process.py``); a Kubernetes backend (a pod per instance) fits the same two protocols.
+The launcher behind ``XProfLauncher``/``XProfProcess`` (``backend.py``) is local processes
+today (``process.py``); a Kubernetes backend (a pod per instance) fits the same two protocols.
 
-An instance serves the sessions of one or more runs from its own writable logdir,
-``<instance>/logdir/<run>/plugins/profile/<session>/...``, so XProf lists ``<run>/<session>``.
-State lives in memory because the XProf processes are this service's children: when it
-goes, they go (see ``xprof_child``), so there is nothing to recover on restart except the
-copies the previous process left on disk.
+An instance serves the sessions of one or more runs from its own writable copy of them
+(``copies.py``), so XProf lists ``<run>/<session>``. State lives in memory (``records.py``)
+because the XProf processes are this service's children: when it goes, they go (see
+``child.py``), so there is nothing to recover on restart except the copies the previous
+process left on disk.
 """
 
 import asyncio
-import os
 import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from pathlib import Path, PurePosixPath
-from typing import NamedTuple, Protocol
+from pathlib import Path
+from typing import NamedTuple
 
 import structlog
 from prometheus_client import Counter, Gauge, Histogram
 
 from mldiag_platform.bus import MessagePublisher
-from mldiag_platform.errors import MldiagError, NotFound
+from mldiag_platform.errors import MldiagError
 from mldiag_platform.storage import ObjectStore
 from mldiag_schemas.ids import is_run_id
 from mldiag_schemas.profiling import (
     SESSION_ID_PATTERN,
-    XPLANE_SUFFIX,
     XProfInstance,
     XProfInstanceChanged,
     XProfInstanceState,
@@ -51,6 +48,9 @@ from mldiag_xprof_provisioner.errors import (
     TooManyInstances,
     XProfStartFailed,
 )
+from mldiag_xprof_provisioner.instances import copies
+from mldiag_xprof_provisioner.instances.backend import LaunchSpec, XProfLauncher, XProfProcess
+from mldiag_xprof_provisioner.instances.records import InstanceRecord, Lease
 from mldiag_xprof_provisioner.settings import XProfProvisionerSettings
 
 log = structlog.get_logger(__name__)
@@ -67,26 +67,14 @@ INSTANCE_RECYCLES = Counter(
     "mldiag_xprof_instance_recycles_total",
     "XProf processes restarted for passing their memory cap.",
 )
-SESSION_FILES_SYNCED = Counter(
-    "mldiag_xprof_session_files_synced_total", "Files copied into running instances' logdirs."
-)
-
 ACTIVE_STATES = frozenset({XProfInstanceState.STARTING, XProfInstanceState.RUNNING})
-OWNER_FILE = "owner.pid"
-"""Inside each instance (and pre-warm) directory: the pid of the provisioner that made it."""
 LOG_FILE = "xprof.log"
 """Inside each instance directory: XProf's stdout and stderr."""
 PROXY_PREFIX = "/xprof"
 """Where the proxy serves instances: ``/xprof/<instance id>/<XProf path>``."""
 UI_PATH = "data/plugin/profile/"
 """XProf's UI below an instance's root (its ``<base href>`` is derived from this)."""
-_DOWNLOAD_CONCURRENCY = 8
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
-
-
-def profile_prefix(run_id: str) -> str:
-    """The object-store prefix of every session of a run."""
-    return f"{run_id}/plugins/profile/"
 
 
 def check_run_id(run_id: str) -> None:
@@ -104,74 +92,6 @@ def check_session_id(session_id: str) -> None:
             f"invalid session id {session_id!r}: letters, digits, '.', '_' and '-' (max 128),"
             " not starting with '.', '_' or '-'"
         )
-
-
-def session_hosts(keys: Iterable[str], prefix: str) -> list[str]:
-    """The hosts that have an xplane directly under ``prefix``, sorted."""
-    hosts = {
-        name[: -len(XPLANE_SUFFIX)]
-        for key in keys
-        if key.startswith(prefix)
-        and "/" not in (name := key[len(prefix) :])
-        and name.endswith(XPLANE_SUFFIX)
-        and len(name) > len(XPLANE_SUFFIX)
-    }
-    return sorted(hosts)
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    """What an XProf process needs: a logdir, a loopback HTTP port, and a log file."""
-
-    logdir: Path
-    port: int
-    log_path: Path
-
-
-class XProfProcess(Protocol):
-    """A launched XProf."""
-
-    @property
-    def pid(self) -> int:
-        """The process id."""
-        ...
-
-    @property
-    def returncode(self) -> int | None:
-        """The exit status once it has exited, else ``None``."""
-        ...
-
-    async def wait_ready(self) -> None:
-        """Return once it answers HTTP; raise :class:`XProfStartFailed` if it exits first."""
-        ...
-
-    async def stop(self, grace: float) -> int | None:
-        """Terminate it (kill after ``grace`` seconds) and return its exit status."""
-        ...
-
-    def memory_bytes(self) -> int:
-        """Its resident memory now (0 when unknown)."""
-        ...
-
-    def log_tail(self) -> str:
-        """The last lines of its log, for error reports."""
-        ...
-
-
-class XProfLauncher(Protocol):
-    """Starts XProf processes and answers the questions only the OS can."""
-
-    def port_is_free(self, port: int) -> bool:
-        """Whether nothing listens on ``port``."""
-        ...
-
-    def is_alive(self, pid: int) -> bool:
-        """Whether a process with that id exists."""
-        ...
-
-    async def launch(self, spec: LaunchSpec) -> XProfProcess:
-        """Start XProf; return once the process exists (not once it answers)."""
-        ...
 
 
 class Started(NamedTuple):
@@ -194,95 +114,6 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-@dataclass(eq=False)
-class _Instance:
-    instance_id: str
-    run_ids: tuple[str, ...]
-    port: int
-    directory: Path
-    create_time: datetime
-    last_access_time: datetime
-    log: structlog.stdlib.BoundLogger
-    state: XProfInstanceState = XProfInstanceState.STARTING
-    url: str = ""
-    error: str = ""
-    end_time: datetime | None = None
-    process: XProfProcess | None = None
-    memory_bytes: int = 0
-    memory_limit_bytes: int = 0
-    recycles: int = 0
-    in_flight: int = 0
-    """Proxied requests being answered: the instance is in use and must not be recycled."""
-    # Both tasks are awaited with asyncio.wait by any number of callers: a caller that goes
-    # away (a client disconnecting) never cancels a half-done start or stop. ``startup``
-    # also carries a memory recycle, which is a start on the same logdir.
-    startup: "asyncio.Task[None] | None" = None
-    stopping: "asyncio.Task[None] | None" = None
-
-    @property
-    def name(self) -> str:
-        return f"xprofInstances/{self.instance_id}"
-
-    @property
-    def logdir(self) -> Path:
-        return self.directory / "logdir"
-
-    def serves(self, run_ids: Iterable[str]) -> bool:
-        return set(run_ids) <= set(self.run_ids)
-
-    def snapshot(self) -> XProfInstance:
-        return XProfInstance(
-            name=self.name,
-            instance_id=self.instance_id,
-            run_ids=list(self.run_ids),
-            state=self.state,
-            url=self.url,
-            port=self.port,
-            grpc_port=0,  # no gRPC worker: see xprof_child
-            logdir=str(self.logdir),
-            memory_bytes=self.memory_bytes,
-            memory_limit_bytes=self.memory_limit_bytes,
-            recycles=self.recycles,
-            error=self.error,
-            create_time=self.create_time,
-            last_access_time=self.last_access_time,
-        )
-
-
-class Lease:
-    """A proxied request's hold on a RUNNING instance: where to send it, which runs it may
-    name; while held the instance counts as in use. ``release`` is idempotent."""
-
-    def __init__(self, record: _Instance, clock: Callable[[], datetime]) -> None:
-        self._record = record
-        self._clock = clock
-        self._released = False
-        record.in_flight += 1
-        record.last_access_time = clock()
-
-    @property
-    def instance_id(self) -> str:
-        """The instance's id."""
-        return self._record.instance_id
-
-    @property
-    def port(self) -> int:
-        """XProf's loopback HTTP port."""
-        return self._record.port
-
-    @property
-    def run_ids(self) -> tuple[str, ...]:
-        """The runs the instance serves."""
-        return self._record.run_ids
-
-    def release(self) -> None:
-        """The request is answered: a long answer counts as use until its end."""
-        if not self._released:
-            self._released = True
-            self._record.in_flight -= 1
-            self._record.last_access_time = self._clock()
-
-
 class XProfProvisioner:
     """Runs at most ``max_instances`` XProf servers, each serving some runs from its own copy."""
 
@@ -300,7 +131,7 @@ class XProfProvisioner:
         self._launcher = launcher
         self._clock = clock
         self._work_dir = settings.work_dir.resolve()
-        self._instances: dict[str, _Instance] = {}
+        self._instances: dict[str, InstanceRecord] = {}
         self._reserved_ports: set[int] = set()
 
     @property
@@ -348,9 +179,9 @@ class XProfProvisioner:
         check_run_id(run_id)
         check_session_id(session_id)
         prefix = session_prefix(run_id, session_id)
-        hosts = session_hosts(await self._store.list(prefix), prefix)
+        hosts = copies.session_hosts(await self._store.list(prefix), prefix)
         if not hosts:
-            if not await self._store.list(profile_prefix(run_id)):
+            if not await self._store.list(copies.profile_prefix(run_id)):
                 raise RunNotFound(f"run {run_id!r} has no profile sessions in storage")
             raise SessionNotFound(
                 f"run {run_id!r} has no session {session_id!r} with a host's xplane"
@@ -358,7 +189,7 @@ class XProfProvisioner:
         started = await self.start([run_id])
         record = self._instances[started.instance.instance_id]
         if record.state is XProfInstanceState.RUNNING:
-            await self._copy_session(record, run_id, session_id)
+            await copies.copy_session(self._store, record, run_id, session_id)
         return OpenedSession(record.snapshot(), hosts, started.created)
 
     async def get(self, instance_id: str) -> XProfInstance:
@@ -416,28 +247,17 @@ class XProfProvisioner:
             # A starting instance may have listed the store before this session landed.
             await self._settled(record)
             if record.state is XProfInstanceState.RUNNING and record.stopping is None:
-                copied += await self._copy_session(record, run_id, session_id)
+                copied += await copies.copy_session(self._store, record, run_id, session_id)
         return copied
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def remove_stale_copies(self) -> None:
         """Delete instance and pre-warm directories left by provisioners that are gone."""
-
-        def stale() -> list[Path]:
-            if not self._work_dir.is_dir():
-                return []
-            found = []
-            for directory in self._work_dir.iterdir():
-                owner = directory / OWNER_FILE
-                if not owner.is_file():
-                    continue  # not one of ours: leave it alone
-                text = owner.read_text().strip()
-                if not text.isdigit() or not self._launcher.is_alive(int(text)):
-                    found.append(directory)
-            return found
-
-        for directory in await asyncio.to_thread(stale):
+        stale = await asyncio.to_thread(
+            copies.stale_copies, self._work_dir, self._launcher.is_alive
+        )
+        for directory in stale:
             await asyncio.to_thread(shutil.rmtree, directory, ignore_errors=True)
             log.info("xprof.copy.stale_removed", directory=str(directory))
 
@@ -447,7 +267,7 @@ class XProfProvisioner:
         again."""
         now = self._clock()
         idle_after = self._settings.idle_timeout_seconds
-        idle: list[_Instance] = []
+        idle: list[InstanceRecord] = []
         for record in list(self._instances.values()):
             await self._refresh(record)
             if record.state is XProfInstanceState.RUNNING and record.stopping is None:
@@ -485,13 +305,13 @@ class XProfProvisioner:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _record(self, instance_id: str) -> _Instance:
+    def _record(self, instance_id: str) -> InstanceRecord:
         record = self._instances.get(instance_id)
         if record is None:
             raise InstanceNotFound(f"no XProf instance {instance_id!r}")
         return record
 
-    def _active_serving(self, run_ids: tuple[str, ...]) -> _Instance | None:
+    def _active_serving(self, run_ids: tuple[str, ...]) -> InstanceRecord | None:
         candidates = [
             record
             for record in self._instances.values()
@@ -504,7 +324,7 @@ class XProfProvisioner:
         # An instance being stopped still holds its process and port until it is STOPPED.
         return sum(1 for record in self._instances.values() if record.state in ACTIVE_STATES)
 
-    def _admit(self, run_ids: tuple[str, ...]) -> _Instance:
+    def _admit(self, run_ids: tuple[str, ...]) -> InstanceRecord:
         limit = self._settings.max_instances
         if self._active_count() >= limit:
             raise TooManyInstances(
@@ -515,7 +335,7 @@ class XProfProvisioner:
         port = self._allocate_port()
         instance_id = str(uuid.uuid4())
         now = self._clock()
-        record = _Instance(
+        record = InstanceRecord(
             instance_id=instance_id,
             run_ids=run_ids,
             port=port,
@@ -537,14 +357,14 @@ class XProfProvisioner:
         ports = self._settings.instance_ports
         raise NoFreePorts(f"no free port left in {ports.start}-{ports.stop - 1} for another XProf")
 
-    def _url(self, record: _Instance) -> str:
+    def _url(self, record: InstanceRecord) -> str:
         return f"{self._settings.base_url}{PROXY_PREFIX}/{record.instance_id}/{UI_PATH}"
 
-    async def _bring_up(self, record: _Instance) -> None:
+    async def _bring_up(self, record: InstanceRecord) -> None:
         started = time.perf_counter()
         await self._announce(record)
         try:
-            files, size = await self._copy_runs(record)
+            files, size = await copies.copy_runs(self._store, record)
             await self._launch(record)
         except Exception as exc:  # noqa: BLE001  # whatever went wrong is the instance's FAILED reason
             await self._fail(record, exc)
@@ -563,7 +383,7 @@ class XProfProvisioner:
         )
         await self._announce(record)
 
-    async def _launch(self, record: _Instance) -> None:
+    async def _launch(self, record: InstanceRecord) -> None:
         spec = LaunchSpec(
             logdir=record.logdir, port=record.port, log_path=record.directory / LOG_FILE
         )
@@ -571,12 +391,12 @@ class XProfProvisioner:
         await self._wait_ready(record, record.process)
         record.memory_bytes = record.process.memory_bytes()
 
-    async def _fail(self, record: _Instance, exc: Exception) -> None:
+    async def _fail(self, record: InstanceRecord, exc: Exception) -> None:
         reason = exc.message if isinstance(exc, MldiagError) else f"{type(exc).__name__}: {exc}"
         record.log.warning("xprof.instance.start_failed", error=reason)
         await self._teardown(record, XProfInstanceState.FAILED, reason)
 
-    async def _wait_ready(self, record: _Instance, process: XProfProcess) -> None:
+    async def _wait_ready(self, record: InstanceRecord, process: XProfProcess) -> None:
         limit = self._settings.startup_timeout_seconds
         try:
             async with asyncio.timeout(limit):
@@ -587,15 +407,15 @@ class XProfProvisioner:
                 f"Log tail:\n{process.log_tail()}"
             ) from None
 
-    def _measure(self, record: _Instance) -> None:
+    def _measure(self, record: InstanceRecord) -> None:
         if record.process is not None:
             record.memory_bytes = record.process.memory_bytes()
 
-    def _over_cap(self, record: _Instance) -> bool:
+    def _over_cap(self, record: InstanceRecord) -> bool:
         limit = record.memory_limit_bytes
         return limit > 0 and record.memory_bytes > limit
 
-    def _recycle(self, record: _Instance) -> None:
+    def _recycle(self, record: InstanceRecord) -> None:
         """Restart a RUNNING instance's XProf on the same logdir and port, keeping its id.
 
         XProf never returns the memory a large trace took, so the only way back under the
@@ -612,7 +432,7 @@ class XProfProvisioner:
         record.state = XProfInstanceState.STARTING
         record.startup = _watched(asyncio.create_task(self._restart(record)))
 
-    async def _restart(self, record: _Instance) -> None:
+    async def _restart(self, record: InstanceRecord) -> None:
         started = time.perf_counter()
         await self._announce(record)
         try:
@@ -633,78 +453,7 @@ class XProfProvisioner:
         )
         await self._announce(record)
 
-    async def _copy_runs(self, record: _Instance) -> tuple[int, int]:
-        """Download the runs' session trees into the instance's own writable logdir.
-
-        XProf writes its caches next to each xplane and shows nothing on read-only data;
-        a private copy also keeps one instance from reading another's runs. Pre-warmed
-        caches in the store come along, so a warmed session opens without converting.
-        """
-
-        def prepare() -> None:
-            for run_id in record.run_ids:
-                # XProf refuses a logdir that does not exist; an empty run still shows as one.
-                (record.logdir / run_id / "plugins" / "profile").mkdir(parents=True)
-            (record.directory / OWNER_FILE).write_text(str(os.getpid()))
-
-        await asyncio.to_thread(prepare)
-        copies = await asyncio.gather(
-            *(
-                self._copy_prefix(record, run_id, profile_prefix(run_id))
-                for run_id in record.run_ids
-            )
-        )
-        files = sum(count for count, _ in copies)
-        size = sum(size for _, size in copies)
-        record.log.debug("xprof.copy.done", files=files, bytes=size)
-        return files, size
-
-    async def _copy_session(self, record: _Instance, run_id: str, session_id: str) -> int:
-        count, size = await self._copy_prefix(
-            record, run_id, session_prefix(run_id, session_id), skip_existing=True
-        )
-        if count:
-            SESSION_FILES_SYNCED.inc(count)
-            record.log.info(
-                "xprof.session.synced",
-                run_id=run_id,
-                session_id=session_id,
-                files=count,
-                bytes=size,
-            )
-        return count
-
-    async def _copy_prefix(
-        self, record: _Instance, run_id: str, prefix: str, *, skip_existing: bool = False
-    ) -> tuple[int, int]:
-        run_root = record.logdir / run_id
-        base = profile_prefix(run_id)
-        keys = await self._store.list(prefix)
-        targets = [
-            (key, _target(run_root / "plugins" / "profile", key[len(base) :])) for key in keys
-        ]
-        wanted = [
-            (key, target)
-            for key, target in targets
-            if target is not None and not (skip_existing and target.exists())
-        ]
-        gate = asyncio.Semaphore(_DOWNLOAD_CONCURRENCY)
-
-        async def fetch(key: str, target: Path) -> int:
-            async with gate:
-                try:
-                    data = await self._store.get(key)
-                except NotFound:
-                    return -1  # deleted between list and get: nothing to copy
-                await asyncio.to_thread(write_atomically, target, data)
-                return len(data)
-
-        sizes = [
-            size for size in await asyncio.gather(*(fetch(k, t) for k, t in wanted)) if size >= 0
-        ]
-        return len(sizes), sum(sizes)
-
-    async def _refresh(self, record: _Instance) -> None:
+    async def _refresh(self, record: InstanceRecord) -> None:
         """Notice an XProf that died on its own: it is FAILED, with its last words."""
         process = record.process
         if (
@@ -721,14 +470,14 @@ class XProfProvisioner:
         )
         await asyncio.wait({record.stopping})
 
-    async def _stop(self, record: _Instance, reason: str) -> None:
+    async def _stop(self, record: InstanceRecord, reason: str) -> None:
         if record.stopping is None:
             if record.state not in ACTIVE_STATES:
                 return
             record.stopping = _watched(asyncio.create_task(self._shut_down(record, reason)))
         await asyncio.wait({record.stopping})
 
-    async def _shut_down(self, record: _Instance, reason: str) -> None:
+    async def _shut_down(self, record: InstanceRecord, reason: str) -> None:
         startup = record.startup
         if startup is not None and not startup.done():
             startup.cancel()
@@ -737,14 +486,16 @@ class XProfProvisioner:
             record.log.info("xprof.instance.stopping", reason=reason)
             await self._teardown(record, XProfInstanceState.STOPPED, "")
 
-    async def _settled(self, record: _Instance) -> None:
+    async def _settled(self, record: InstanceRecord) -> None:
         """Wait for a pending start (or recycle), then for a stop that may have begun."""
         if record.startup is not None:
             await asyncio.wait({record.startup})
         if record.stopping is not None:
             await asyncio.wait({record.stopping})
 
-    async def _teardown(self, record: _Instance, state: XProfInstanceState, error: str) -> None:
+    async def _teardown(
+        self, record: InstanceRecord, state: XProfInstanceState, error: str
+    ) -> None:
         """Stop the process, delete the copy, free the port, record and announce ``state``.
 
         Every step tolerates its work having been half done by an interrupted teardown.
@@ -763,7 +514,7 @@ class XProfProvisioner:
         record.log.info("xprof.instance.stopped", state=state.value, exit_status=status)
         await self._announce(record)
 
-    async def _announce(self, record: _Instance) -> None:
+    async def _announce(self, record: InstanceRecord) -> None:
         message = XProfInstanceChanged(instance=record.snapshot(), occurred_at=self._clock())
         try:
             await self._publisher.publish_many([message])
@@ -782,25 +533,3 @@ def _watched(task: "asyncio.Task[None]") -> "asyncio.Task[None]":
 
     task.add_done_callback(report)
     return task
-
-
-def _target(root: Path, relative: str) -> Path | None:
-    """Where an object lands under ``root``; ``None`` for keys that are not plain files."""
-    if not relative or relative.endswith("/"):
-        return None  # a "directory" placeholder object
-    path = PurePosixPath(relative)
-    if path.is_absolute() or ".." in path.parts:
-        return None  # never write outside the copy, whatever a bucket lists
-    return root.joinpath(*path.parts)
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write ``path`` through a temporary name, so XProf never reads half a file.
-
-    The temporary name ends in neither ``.xplane.pb`` nor a cache suffix, so a rescan that
-    runs meanwhile does not take it for a host.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.part")
-    temporary.write_bytes(data)
-    temporary.replace(path)

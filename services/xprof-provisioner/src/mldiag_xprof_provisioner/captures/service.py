@@ -4,7 +4,7 @@ store, one :class:`ProfilerSessionReported` per requested host and a
 
 No bus client and no process handling here: the runner publishes through the
 ``MessagePublisher`` protocol and reaches workloads through a :class:`TraceClient`
-(``capture_process.SubprocessTraceClient`` runs XProf's capture client in a child process).
+(``process.SubprocessTraceClient`` runs XProf's capture client in a child process).
 
 What the capture client does, and what the runner does about it (xprof 2.24.2):
 
@@ -26,8 +26,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -35,8 +34,7 @@ from typing import Protocol
 
 import structlog
 from prometheus_client import Counter, Histogram
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict
 
 from mldiag_platform.bus import MessagePublisher
 from mldiag_platform.errors import NotFound
@@ -52,6 +50,8 @@ from mldiag_schemas.profiling import (
     TracerLevels,
     session_prefix,
 )
+from mldiag_xprof_provisioner.captures.locks import KeyedLocks
+from mldiag_xprof_provisioner.captures.settings import CaptureSettings
 
 log = structlog.get_logger(__name__)
 
@@ -78,32 +78,6 @@ Outside ``plugins/profile`` so that XProf never sees it."""
 _ADDRESS = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.\-]*):[0-9]{1,5}$")
 _BUSY_SIGN = "another profiling session"
 _MESSAGE_LIMIT = 4000
-
-
-class CaptureSettings(BaseSettings):
-    """How captures run (env ``MLDIAG_XPROF_PROVISIONER_CAPTURE_*``)."""
-
-    model_config = SettingsConfigDict(env_prefix="MLDIAG_XPROF_PROVISIONER_CAPTURE_", frozen=True)
-
-    max_concurrent: int = Field(
-        default=4, ge=1, description="Most captures tracing at once (one child process each)."
-    )
-    num_tracing_attempts: int = Field(
-        default=3, ge=1, le=10, description="Attempts inside the capture client per capture."
-    )
-    timeout_margin_seconds: float = Field(
-        default=30.0,
-        gt=0,
-        description="A capture's child is killed after its duration, the multi-host delay "
-        "and this margin.",
-    )
-    probe_timeout_seconds: float = Field(
-        default=2.0, gt=0, description="How long a target's port may take to accept a probe."
-    )
-    scratch_dir: Path | None = Field(
-        default=None,
-        description="Where the client writes before the upload (default: the system temp dir).",
-    )
 
 
 @dataclass(frozen=True)
@@ -200,8 +174,8 @@ class CaptureRunner:
         self._store = store
         self._publisher = publisher
         self._client = client
-        self._targets = _KeyedLocks()
-        self._commands = _KeyedLocks()
+        self._targets = KeyedLocks()
+        self._commands = KeyedLocks()
         self._slots = asyncio.Semaphore(settings.max_concurrent)
 
     async def run(self, command: CaptureProfile) -> ProfileCaptureFinished:
@@ -501,37 +475,3 @@ def _derived_id(command: CaptureProfile, what: str) -> uuid.UUID:
 
 def _record_key(command: CaptureProfile) -> str:
     return f"{command.run_id}/{RECORDS_FOLDER}/{command.event_id}.json"
-
-
-@dataclass
-class _Lock:
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    users: int = 0
-
-
-class _KeyedLocks:
-    """Locks by name, made on first use and dropped when nobody holds or awaits them."""
-
-    def __init__(self) -> None:
-        self._locks: dict[str, _Lock] = {}
-
-    @asynccontextmanager
-    async def hold(self, keys: Iterable[str]) -> AsyncIterator[None]:
-        """Hold every lock of ``keys``, taken in one global order so that two holders of
-        overlapping sets never wait for each other in a circle."""
-        async with AsyncExitStack() as stack:
-            for key in sorted(set(keys)):
-                await stack.enter_async_context(self._hold_one(key))
-            yield
-
-    @asynccontextmanager
-    async def _hold_one(self, key: str) -> AsyncIterator[None]:
-        entry = self._locks.setdefault(key, _Lock())
-        entry.users += 1
-        try:
-            async with entry.lock:
-                yield
-        finally:
-            entry.users -= 1
-            if entry.users == 0:
-                del self._locks[key]

@@ -1,0 +1,1 @@
+"""XProf instances: starting, serving (through the proxy), recycling and stopping them."""
