@@ -8,7 +8,7 @@ NATS from ``MLDIAG_BENCH_NATS_URL`` (a fresh namespace), else an embedded nats-s
 free ports. Every server runs as a real process on this machine.
 
 0. a JAX CPU workload traced with the python tracer on, longer until its xplane is at
-   least ``--min-mb`` MB (one host, one session);
+   about ``--min-mb`` MB (at least 95% of it; one host, one session);
 (a) stock XProf (``python -m xprof.server --logdir D --port P --grpc_port G``) on a fresh
     copy: from its start to the first ``trace_viewer@`` data answer, and from ready (its
     ``runs`` answers) to that answer;
@@ -132,7 +132,7 @@ def make_xplane(work: Path, min_bytes: int) -> bytes:
             f"  traced {seconds:5.2f} s -> xplane {size / MB:6.1f} MB"
             f" ({time.perf_counter() - started:.1f} s with JAX start and stop_trace)"
         )
-        if size >= min_bytes:
+        if size >= 0.95 * min_bytes:  # "about": the size grows by leaps with the duration
             data = path.read_bytes()
             shutil.rmtree(logdir)
             return data
