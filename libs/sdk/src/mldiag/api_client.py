@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlencode
 
 import httpx
@@ -130,7 +130,28 @@ def _request(
     return answer
 
 
-class RegistryClient:
+class _Client:
+    """An HTTP client of one service: a context manager that closes its connections."""
+
+    _http: httpx.Client
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections."""
+        self._http.close()
+
+
+class RegistryClient(_Client):
     """Calls the run-registry API at ``base_url``.
 
     ``token`` is sent as a Bearer token when set. ``project`` and ``location`` select the
@@ -159,21 +180,6 @@ class RegistryClient:
         else:
             self._prefix = "/v1"
         self._http = _http_client(self.base_url, token, timeout, transport)
-
-    def __enter__(self) -> RegistryClient:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the connections."""
-        self._http.close()
 
     def _call(
         self,
@@ -447,7 +453,7 @@ class RegistryClient:
         return self._call("DELETE", f"/apiTokens/{token_id}", scoped=False)
 
 
-class XProfClient:
+class XProfClient(_Client):
     """Calls the xprof-provisioner at ``base_url`` (XProf instances serving runs' sessions).
 
     ``token`` is sent as a Bearer token when set; ``transport`` lets tests route requests
@@ -465,21 +471,6 @@ class XProfClient:
         self.base_url = base_url.rstrip("/")
         """The provisioner's base URL, without a trailing slash."""
         self._http = _http_client(self.base_url, token, timeout, transport)
-
-    def __enter__(self) -> XProfClient:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the connections."""
-        self._http.close()
 
     def _call(self, method: str, path: str, body: JsonObject | None = None) -> JsonObject:
         return _request(self._http, method, path, body=body, service="xprof-provisioner")

@@ -13,31 +13,13 @@ each host that returned nothing, and why), so the outcome goes to the ``--result
 """
 
 import argparse
-import ctypes
 import json
-import os
-import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-PARENT_PID_ENV = "MLDIAG_CAPTURE_PARENT_PID"
-"""Set by the provisioner to its pid, so the child can tell whether it was orphaned already."""
-
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-
-
-def _die_with_parent() -> None:
-    # A provisioner killed with SIGKILL must not leave a capture running against a workload:
-    # the workload's profiler would stay busy for the rest of the trace.
-    if sys.platform == "linux":
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
-    expected = os.environ.get(PARENT_PID_ENV, "")
-    # The parent may have died between fork and prctl; then the signal never comes.
-    if expected.isdigit() and os.getppid() != int(expected):
-        os._exit(1)
+from mldiag_xprof_provisioner.orphans import die_with_parent
 
 
 def _arguments(argv: list[str]) -> argparse.Namespace:
@@ -57,7 +39,9 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     """Capture once; exit 0 when the client returned, 1 when it raised (see the result)."""
-    _die_with_parent()
+    # A provisioner killed with SIGKILL must not leave a capture running against a workload:
+    # the workload's profiler would stay busy for the rest of the trace.
+    die_with_parent()
     args = _arguments(sys.argv[1:] if argv is None else argv)
     # Heavy (a native library) and untyped: loaded only in the child, never at import.
     from xprof.convert import (  # type: ignore[import-untyped]  # noqa: PLC0415

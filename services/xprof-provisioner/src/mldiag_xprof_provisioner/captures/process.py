@@ -22,6 +22,7 @@ from mldiag_xprof_provisioner.captures.service import (
     TraceRequest,
     TraceResult,
 )
+from mldiag_xprof_provisioner.orphans import child_environment
 
 log = structlog.get_logger(__name__)
 
@@ -81,7 +82,7 @@ class SubprocessTraceClient:
             f"--python-tracer-level={levels.python_tracer_level}",
             "--delay-ms=0",
         ]
-        env = {**os.environ, child.PARENT_PID_ENV: str(os.getpid())}
+        env = child_environment()
         timed_out = False
         with log_path.open("wb") as log_file:
             process = await asyncio.create_subprocess_exec(

@@ -18,29 +18,12 @@ with three differences:
 """
 
 import argparse
-import ctypes
 import os
-import signal
 import sys
 
-PARENT_PID_ENV = "MLDIAG_XPROF_PARENT_PID"
-"""Set by the provisioner to its pid, so the child can tell whether it was orphaned already."""
+from mldiag_xprof_provisioner.orphans import die_with_parent
 
 LOOPBACK = "127.0.0.1"
-
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-
-
-def die_with_parent() -> None:
-    """Arrange for SIGKILL when the parent goes; exit now if it is gone already."""
-    if sys.platform == "linux":
-        libc = ctypes.CDLL(None, use_errno=True)
-        # SIGKILL rather than SIGTERM: an orphan has nobody to report to, nothing to flush.
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
-    expected = os.environ.get(PARENT_PID_ENV, "")
-    # The parent may have died between fork and prctl; then the signal never comes.
-    if expected.isdigit() and os.getppid() != int(expected):
-        os._exit(1)
 
 
 def _arguments(argv: list[str]) -> argparse.Namespace:

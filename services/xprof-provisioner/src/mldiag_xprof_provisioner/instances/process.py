@@ -21,6 +21,7 @@ import structlog
 from mldiag_xprof_provisioner.errors import XProfStartFailed
 from mldiag_xprof_provisioner.instances import child
 from mldiag_xprof_provisioner.instances.backend import LaunchSpec
+from mldiag_xprof_provisioner.orphans import child_environment
 
 log = structlog.get_logger(__name__)
 
@@ -87,12 +88,8 @@ class SubprocessLauncher:
             "--port",
             str(spec.port),
         ]
-        env = {
-            **os.environ,
-            child.PARENT_PID_ENV: str(os.getpid()),
-            # A crash's last words must reach the log file, whose tail becomes the FAILED reason.
-            "PYTHONUNBUFFERED": "1",
-        }
+        # A crash's last words must reach the log file, whose tail becomes the FAILED reason.
+        env = child_environment({"PYTHONUNBUFFERED": "1"})
         with spec.log_path.open("ab") as log_file:
             process = await asyncio.create_subprocess_exec(
                 *command,

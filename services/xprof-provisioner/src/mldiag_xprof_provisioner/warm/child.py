@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from mldiag_xprof_provisioner.instances.child import die_with_parent
+from mldiag_xprof_provisioner.orphans import die_with_parent
 
 CACHE_VERSION_FILE = "cache_version.txt"
 """XProf's cache marker (``profile_plugin.CACHE_VERSION_FILE``)."""

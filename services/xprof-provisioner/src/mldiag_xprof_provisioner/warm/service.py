@@ -43,9 +43,9 @@ from mldiag_schemas.profiling import (
     session_prefix,
 )
 from mldiag_xprof_provisioner.errors import WarmFailed
-from mldiag_xprof_provisioner.instances import child as xprof_child
 from mldiag_xprof_provisioner.instances.copies import OWNER_FILE, write_atomically
 from mldiag_xprof_provisioner.instances.service import XProfProvisioner
+from mldiag_xprof_provisioner.orphans import child_environment
 from mldiag_xprof_provisioner.settings import XProfProvisionerSettings
 from mldiag_xprof_provisioner.warm import child as warm_child
 
@@ -120,7 +120,7 @@ class SubprocessWarmRunner:
                 stdout=subprocess.PIPE,
                 stderr=log_file,
                 cwd=directory.parent,
-                env={**os.environ, xprof_child.PARENT_PID_ENV: str(os.getpid())},
+                env=child_environment(),
                 start_new_session=True,
             )
             try:
