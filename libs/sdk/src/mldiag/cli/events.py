@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from mldiag.api_client import JsonObject
-from mldiag.cli.output import cell, render_fields, render_table, short_time
+from mldiag.cli.output import add_json_flag, cell, render_fields, render_table, short_time
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -109,17 +109,6 @@ def event_row(event: JsonObject) -> tuple[str, ...]:
     )
 
 
-def _add_json_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--json",
-        dest="output_format",
-        action="store_const",
-        const="json",
-        default=argparse.SUPPRESS,
-        help="print the API's body as JSON (same as --format json)",
-    )
-
-
 def add_events_commands(verbs: Any, verb: Verb) -> None:
     """``events list`` and ``events describe``."""
     listing = verb(
@@ -143,7 +132,7 @@ def add_events_commands(verbs: Any, verb: Verb) -> None:
     listing.add_argument("--page-size", type=int, help="events per page [50]")
     listing.add_argument("--page-token", default="", help="continue from a page")
     listing.add_argument("--all", action="store_true", help="follow every page")
-    _add_json_flag(listing)
+    add_json_flag(listing)
 
     describe = verb(
         verbs,
@@ -153,7 +142,7 @@ def add_events_commands(verbs: Any, verb: Verb) -> None:
     )
     describe.add_argument("event", metavar="EVENT", help="event id, or its full name")
     describe.add_argument("--run", metavar="RUN", help="the event's run (with an event id)")
-    _add_json_flag(describe)
+    add_json_flag(describe)
 
 
 def add_goodput_verb(verbs: Any, verb: Verb) -> None:
@@ -167,7 +156,7 @@ def add_goodput_verb(verbs: Any, verb: Verb) -> None:
         "DATA_LOADING, CHECKPOINTING, DISRUPTIONS, EVENTS and UNACCOUNTED (docs/events.md).",
     )
     goodput.add_argument("run", metavar="RUN")
-    _add_json_flag(goodput)
+    add_json_flag(goodput)
 
 
 # events

@@ -6,6 +6,7 @@ data through a small emitter for JSON-like values, so the SDK needs no YAML libr
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import re
@@ -17,6 +18,18 @@ Format = Literal["table", "json", "yaml"]
 
 FORMATS: tuple[Format, ...] = ("table", "json", "yaml")
 """Every format, the default first."""
+
+
+def add_json_flag(parser: argparse.ArgumentParser) -> None:
+    """``--json``: print the API's body as JSON (``--format json``)."""
+    parser.add_argument(
+        "--json",
+        dest="output_format",
+        action="store_const",
+        const="json",
+        default=argparse.SUPPRESS,
+        help="print the API's body as JSON (same as --format json)",
+    )
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 
 from mldiag.api_client import DEFAULT_XPROF_URL, JsonObject, XProfClient, xprof_link
 from mldiag.cli.events import duration
-from mldiag.cli.output import cell, render_fields, render_table, short_time
+from mldiag.cli.output import add_json_flag, cell, render_fields, render_table, short_time
 from mldiag.credentials import resolve_token
 
 if TYPE_CHECKING:
@@ -114,17 +114,6 @@ def capture_body(args: argparse.Namespace) -> JsonObject:
 # building the parser
 
 
-def _add_json_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--json",
-        dest="output_format",
-        action="store_const",
-        const="json",
-        default=argparse.SUPPRESS,
-        help="print the API's body as JSON (same as --format json)",
-    )
-
-
 def _add_xprof_url(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--xprof-url",
@@ -140,7 +129,7 @@ def add_profiles_commands(verbs: Any, verb: Verb) -> None:
     listing.add_argument("--page-size", type=int, help="sessions per page")
     listing.add_argument("--page-token", default="", help="continue from a page")
     listing.add_argument("--all", action="store_true", help="follow every page")
-    _add_json_flag(listing)
+    add_json_flag(listing)
 
     describe = verb(
         verbs,
@@ -151,7 +140,7 @@ def add_profiles_commands(verbs: Any, verb: Verb) -> None:
     describe.add_argument("run", metavar="RUN")
     describe.add_argument("session", metavar="SESSION")
     _add_xprof_url(describe)
-    _add_json_flag(describe)
+    add_json_flag(describe)
 
     capture = verb(
         verbs,
@@ -193,7 +182,7 @@ def add_profiles_commands(verbs: Any, verb: Verb) -> None:
         help="most time --wait waits [5m]",
     )
     _add_xprof_url(capture)
-    _add_json_flag(capture)
+    add_json_flag(capture)
 
 
 def add_targets_commands(verbs: Any, verb: Verb) -> None:
@@ -205,7 +194,7 @@ def add_targets_commands(verbs: Any, verb: Verb) -> None:
         "list a run's profiler targets (its processes' profiler servers)",
     )
     listing.add_argument("run", metavar="RUN")
-    _add_json_flag(listing)
+    add_json_flag(listing)
 
 
 def add_xprof_commands(verbs: Any, verb: Verb) -> None:
@@ -236,7 +225,7 @@ def add_xprof_commands(verbs: Any, verb: Verb) -> None:
     opening.add_argument("--no-browser", action="store_true", help="only print the link")
     for parser in (deploy, listing, delete, opening):
         _add_xprof_url(parser)
-        _add_json_flag(parser)
+        add_json_flag(parser)
 
 
 # profiler sessions
