@@ -167,6 +167,18 @@ def test_traces_in_a_row_get_their_own_sessions_even_within_a_second(
     assert len(platform.received.reports("SUCCEEDED")) == 3
 
 
+def test_a_session_id_traced_already_is_refused(platform: FakePlatform, tmp_path: Path) -> None:
+    # A second trace into the same session would overwrite the host's file under a session
+    # that already says SUCCEEDED (and whose caches were warmed from the first one).
+    run = start_run(platform, tmp_path)
+    with mldiag.xprof(run, session_id="once"):
+        work()
+    with pytest.raises(XProfError, match="traced by this process already"):
+        mldiag.xprof(run).start("once")
+    assert run.finish()
+    assert len(platform.received.reports("SUCCEEDED")) == 1
+
+
 def test_misuse_raises(platform: FakePlatform, tmp_path: Path) -> None:
     with pytest.raises(XProfError, match="no run"):
         mldiag.xprof().start()  # before init

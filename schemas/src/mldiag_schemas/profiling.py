@@ -115,7 +115,9 @@ class ProfilerSession(Contract):
         default_factory=list, description="Per host, sorted by host."
     )
     duration_seconds: float | None = Field(default=None, ge=0, description="Trace length.")
-    tracer_levels: TracerLevels = Field(default_factory=TracerLevels)
+    tracer_levels: TracerLevels = Field(
+        default_factory=TracerLevels, description="The tracer levels of the trace."
+    )
     storage_folder_uri: str = Field(
         default="", description="`<artifacts root>/<run>/plugins/profile/<session>`."
     )
@@ -150,16 +152,22 @@ class ProfilerSessionReport(Contract):
     """
 
     session_id: SessionId = Field(description="The session (shared by every host).")
-    kind: ProfilerSessionKind = Field(default=ProfilerSessionKind.PROGRAMMATIC)
+    kind: ProfilerSessionKind = Field(
+        default=ProfilerSessionKind.PROGRAMMATIC, description="How the session came to be."
+    )
     host: HostName = Field(description="The reporting host.")
     phase: ProfilerSessionPhase = Field(description="This host's phase now.")
     start_time: datetime | None = Field(default=None, description="When its trace began.")
     end_time: datetime | None = Field(default=None, description="When it ended.")
     duration_seconds: float | None = Field(default=None, ge=0, description="Trace length.")
-    tracer_levels: TracerLevels = Field(default_factory=TracerLevels)
+    tracer_levels: TracerLevels = Field(
+        default_factory=TracerLevels, description="The tracer levels of the trace."
+    )
     file_uri: str = Field(default="", max_length=2000, description="The host's uploaded xplane.")
-    size_bytes: int = Field(default=0, ge=0)
-    storage_folder_uri: str = Field(default="", max_length=2000)
+    size_bytes: int = Field(default=0, ge=0, description="Size of that file.")
+    storage_folder_uri: str = Field(
+        default="", max_length=2000, description="The session's folder in object storage."
+    )
     error: str = Field(default="", max_length=4000, description="Why it FAILED.")
     workload_event_id: uuid.UUID | None = Field(
         default=None, description="The workload event it explains (SNAPSHOT)."
@@ -178,11 +186,11 @@ class ProfilerTarget(Contract):
         description="projects/{p}/locations/{l}/machineLearningRuns/{r}/profilerTargets/{t}."
     )
     target_id: str = Field(description="`<host>-<processIndex>`.")
-    run_id: RunId
+    run_id: RunId = Field(description="The run whose process it is.")
     host: HostName = Field(description="The host (session files are named after it).")
-    process_index: int = Field(default=0, ge=0)
+    process_index: int = Field(default=0, ge=0, description="The process's index in the job.")
     address: str = Field(description="`host:port` the provisioner connects to.")
-    pid: int = Field(default=0, ge=0)
+    pid: int = Field(default=0, ge=0, description="The process id (0: unknown).")
     register_time: datetime = Field(description="First registration.")
     update_time: datetime = Field(description="Latest registration (a restart re-registers).")
 
@@ -190,14 +198,14 @@ class ProfilerTarget(Contract):
 class RegisterProfilerTargetRequest(Contract):
     """Body of ``POST .../machineLearningRuns/{run}/profilerTargets``."""
 
-    host: HostName
-    process_index: int = Field(default=0, ge=0)
+    host: HostName = Field(description="The host (session files are named after it).")
+    process_index: int = Field(default=0, ge=0, description="The process's index in the job.")
     address: str = Field(
         max_length=300,
         pattern=r"^[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}$",
         description="`host:port` of the profiler server, reachable from the platform.",
     )
-    pid: int = Field(default=0, ge=0)
+    pid: int = Field(default=0, ge=0, description="The process id (0: unknown).")
 
 
 class ListProfilerTargetsResponse(Contract):
@@ -215,7 +223,9 @@ class CaptureProfileRequest(Contract):
         max_length=1024,
         description="Hosts (or target ids) to capture; empty: every registered target.",
     )
-    tracer_levels: TracerLevels = Field(default_factory=TracerLevels)
+    tracer_levels: TracerLevels = Field(
+        default_factory=TracerLevels, description="The tracer levels of the trace."
+    )
     session_id: SessionId | None = Field(
         default=None, description="Name the session (default: `ondemand-<time>`)."
     )
@@ -224,7 +234,7 @@ class CaptureProfileRequest(Contract):
 class CaptureTarget(Contract):
     """One profiler server a capture connects to."""
 
-    host: HostName
+    host: HostName = Field(description="The host (its file is `<host>.xplane.pb`).")
     address: str = Field(description="`host:port`.")
 
 
@@ -324,14 +334,18 @@ class CaptureProfile(Envelope):
     """
 
     type: Literal["profiling.capture.start"] = "profiling.capture.start"
-    run_id: RunId
-    session_id: SessionId
+    run_id: RunId = Field(description="The run to capture.")
+    session_id: SessionId = Field(description="The session the files land in.")
     kind: ProfilerSessionKind = Field(description="ON_DEMAND or SNAPSHOT.")
     operation: str = Field(description="The operation to finish (its resource name).")
     targets: list[CaptureTarget] = Field(min_length=1, description="Where to capture.")
-    duration_seconds: float = Field(gt=0, le=300)
-    tracer_levels: TracerLevels = Field(default_factory=TracerLevels)
-    workload_event_id: uuid.UUID | None = Field(default=None)
+    duration_seconds: float = Field(gt=0, le=300, description="Trace length.")
+    tracer_levels: TracerLevels = Field(
+        default_factory=TracerLevels, description="The tracer levels of the trace."
+    )
+    workload_event_id: uuid.UUID | None = Field(
+        default=None, description="The workload event it explains (SNAPSHOT)."
+    )
 
     def partition(self) -> str:
         """The run id: the last subject token."""
@@ -346,8 +360,8 @@ class ProfilerSessionReported(Envelope):
     """
 
     type: Literal["profiling.session.reported"] = "profiling.session.reported"
-    run_id: RunId
-    report: ProfilerSessionReport
+    run_id: RunId = Field(description="The run profiled.")
+    report: ProfilerSessionReport = Field(description="One host's news.")
 
     def partition(self) -> str:
         """The run id: the last subject token."""
@@ -357,18 +371,22 @@ class ProfilerSessionReported(Envelope):
 class ProfileCaptureFinished(Envelope):
     """A capture ended. Subject: ``profiling.capture.finished.<run id>``.
 
-    ``error`` set: the operation failed with that code (``capture_failed``, ``target_busy``,
+    ``error_code`` set: the operation failed with that code (``capture_failed``, ``target_busy``,
     ``targets_missing``, ``upload_failed``); ``missing_hosts`` names requested hosts that
     produced no file.
     """
 
     type: Literal["profiling.capture.finished"] = "profiling.capture.finished"
-    run_id: RunId
-    session_id: SessionId
-    operation: str
+    run_id: RunId = Field(description="The run captured.")
+    session_id: SessionId = Field(description="The session the capture filled.")
+    operation: str = Field(description="The capture operation to finish.")
     error_code: str = Field(default="", description="Stable code when it failed.")
-    error_message: str = Field(default="", max_length=4000)
-    missing_hosts: list[str] = Field(default_factory=list)
+    error_message: str = Field(
+        default="", max_length=4000, description="What went wrong, for people."
+    )
+    missing_hosts: list[str] = Field(
+        default_factory=list, description="Requested hosts that produced no file."
+    )
 
     def partition(self) -> str:
         """The run id: the last subject token."""
@@ -380,7 +398,7 @@ class ProfilerSessionChanged(Envelope):
     ``profiling.session.changed.<run id>``; dashboards and the provisioner's pre-warm follow it."""
 
     type: Literal["profiling.session.changed"] = "profiling.session.changed"
-    session: ProfilerSession
+    session: ProfilerSession = Field(description="The session after the merge.")
 
     def partition(self) -> str:
         """The run id: the last subject token."""

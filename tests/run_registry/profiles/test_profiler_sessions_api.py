@@ -276,3 +276,14 @@ async def test_a_deleted_runs_sessions_and_targets_are_gone(
     for path in ("profilerSessions", "profilerSessions/s", "profilerTargets"):
         response = await api.get(f"{RUNS}/doomed/{path}")
         assert (response.status_code, response.json()["error"]["code"]) == (404, "run_not_found")
+
+
+async def test_a_report_from_a_clock_far_ahead_is_refused(profiles_api: httpx.AsyncClient) -> None:
+    # The newest report wins per host: one stamped next year would pin the host until then.
+    await new_run(profiles_api, "skewed")
+    ahead = (datetime.now(UTC) + timedelta(days=2)).isoformat()
+    refused = await _report(profiles_api, "skewed", "s1", "h0", "ACTIVE", updateTime=ahead)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["code"] == "timestamp_in_future"
+    missing = await profiles_api.get(f"{RUNS}/skewed/profilerSessions/s1")
+    assert missing.status_code == 404

@@ -342,10 +342,28 @@ def test_xprof_open_prints_the_link_and_opens_a_browser(
     assert (result.code, result.out) == (0, link + "\n")
     assert opened == [link + "&token=tok-secret"]
 
-    quiet = mldiag("xprof", "open", "r1", "--no-browser", "--json", "--xprof-url", edge.url)
-    assert json.loads(quiet.out) == {"url": f"{edge.url}/xprof/open?run=r1"}
+    assert edge.seen == []  # a link to a named session needs no request
+
+    # Without a session: the run's newest one with a file.
+    landed = {"host": "h1", "phase": "SUCCEEDED"}
+    edge.answer(
+        "GET",
+        f"{RUN}/profilerSessions",
+        {
+            "profilerSessions": [
+                session(sessionId="s3", hosts=[{"host": "h1", "phase": "ACTIVE"}]),
+                session(sessionId="s2", hosts=[landed]),
+            ]
+        },
+    )
+    quiet = mldiag("xprof", "open", "r1", "--no-browser", "--json", *api(edge))
+    assert json.loads(quiet.out) == {"url": f"{edge.url}/xprof/open?run=r1&session=s2"}
     assert len(opened) == 1  # no second browser
-    assert edge.seen == []  # a link needs no request
+
+    edge.answer("GET", "/v1/machineLearningRuns/r2/profilerSessions", {"profilerSessions": []})
+    none = mldiag("xprof", "open", "r2", "--no-browser", *api(edge))
+    assert none.code == 1
+    assert none.err.startswith("error: no_sessions: run r2 has no profile with a file yet")
 
 
 def test_an_unreachable_provisioner_exits_3_naming_its_option(mldiag: Mldiag) -> None:

@@ -284,8 +284,10 @@ class Consumer(Generic[M]):
                 await self._settle_failure(*pending[0], exc)
             else:
                 self._log.warning("bus.batch.failed", count=len(pending), error=repr(exc))
-                for raw, delivery in pending:
-                    await self._handle_one(raw, delivery)
+                # One at a time now, so the ones waiting their turn must stay in progress too.
+                async with self._in_progress([raw for raw, _ in pending]):
+                    for raw, delivery in pending:
+                        await self._handle_one(raw, delivery)
         else:
             await asyncio.gather(*(raw.ack() for raw, _ in pending))
             MESSAGES_HANDLED.labels(self.durable).inc(len(pending))

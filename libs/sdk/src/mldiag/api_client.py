@@ -484,21 +484,12 @@ class XProfClient(_Client):
         """Every instance: ``{"xprofInstances": [...]}``."""
         return self._call("GET", "/v1/xprofInstances")
 
-    def get_instance(self, instance_id: str) -> JsonObject:
-        """One instance."""
-        return self._call("GET", f"/v1/xprofInstances/{instance_id}")
-
     def delete_instance(self, instance_id: str) -> JsonObject:
         """Stop an instance and drop its copy of the sessions; answers it, STOPPED."""
         return self._call("DELETE", f"/v1/xprofInstances/{instance_id}")
 
-    def open_link(self, run_id: str, session_id: str | None = None) -> str:
-        """The provisioner's browser link to the run (or one session of it) in XProf."""
-        return xprof_link(self.base_url, run_id, session_id)
 
-
-def xprof_link(base_url: str, run_id: str, session_id: str | None = None) -> str:
-    """``<provisioner>/xprof/open?run=R[&session=S]``: opens the run (or one session) in
-    XProf through the provisioner."""
-    query = {"run": run_id, **({"session": session_id} if session_id else {})}
-    return f"{base_url.rstrip('/')}/xprof/open?{urlencode(query)}"
+def xprof_link(base_url: str, run_id: str, session_id: str) -> str:
+    """``<provisioner>/xprof/open?run=R&session=S``: opens a session in XProf through the
+    provisioner (a session's shareable link)."""
+    return f"{base_url.rstrip('/')}/xprof/open?{urlencode({'run': run_id, 'session': session_id})}"

@@ -61,6 +61,8 @@ _R = TypeVar("_R")
 _active_lock = threading.Lock()
 _active: XProf | None = None
 """The trace this process is running: JAX allows one at a time."""
+_traced: set[tuple[str, str]] = set()
+"""(run, session) pairs this process has traced: a session holds one trace per host."""
 _warned_device_level = False
 
 
@@ -234,6 +236,11 @@ class XProf:
                     f"a trace is already running in this process (session "
                     f"{_active.session_id}): JAX allows one at a time; stop it first"
                 )
+            if (profiles.run_id, session) in _traced:
+                raise XProfError(
+                    f"session {session} was traced by this process already: a session holds"
+                    " one trace per host, so give each trace its own session id (or none)"
+                )
             options = self._options(jax, session)
             log_dir = Path(tempfile.mkdtemp(prefix=f"mldiag-xprof-{session}-"))
             try:
@@ -245,6 +252,7 @@ class XProf:
                     "running outside mldiag?"
                 ) from error
             _active = self
+            _traced.add((profiles.run_id, session))
         self._log_dir = log_dir
         self._start_time = datetime.now(UTC)
         logger.info(

@@ -215,10 +215,11 @@ def add_xprof_commands(verbs: Any, verb: Verb) -> None:
         verbs,
         "open",
         _xprof_open,
-        "open a run (or one session) in XProf in a browser",
-        "Print the provisioner's link to the run's profiles (or one session) and open it "
-        "in a browser. The browser gets the link with your API token (the provisioner turns "
-        "it into a cookie); the printed link carries none.",
+        "open a session (default: the run's newest with a file) in XProf in a browser",
+        "Print the provisioner's link to a session of the run (the newest one with a file "
+        "unless SESSION is given) and open it in a browser. The browser gets the link with "
+        "your API token (the provisioner turns it into a cookie); the printed link carries "
+        "none.",
     )
     opening.add_argument("run", metavar="RUN")
     opening.add_argument("session", metavar="SESSION", nargs="?")
@@ -531,8 +532,25 @@ def _xprof_delete(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
+def _newest_landed_session(ctx: Context, run_id: str) -> str | None:
+    """The newest session of the run with at least one host's file (sessions come newest
+    first)."""
+    for session in ctx.client.iter_profiler_sessions(run_id):
+        if any(host.get("phase") == "SUCCEEDED" for host in session.get("hosts", [])):
+            return str(session["sessionId"])
+    return None
+
+
 def _xprof_open(ctx: Context, args: argparse.Namespace) -> int:
-    link = xprof_link(_xprof_url(args), args.run, args.session)
+    session = args.session or _newest_landed_session(ctx, args.run)
+    if session is None:
+        print(
+            f"error: no_sessions: run {args.run} has no profile with a file yet"
+            f" (mldiag profiles list {args.run})",
+            file=sys.stderr,
+        )
+        return 1
+    link = xprof_link(_xprof_url(args), args.run, session)
     ctx.emit({"url": link}, lambda: link)
     if args.no_browser:
         return 0

@@ -31,3 +31,10 @@ class ProgrammaticTraceActive(FailedPrecondition):
     """The workload is tracing itself on a requested host; a second trace would fail there."""
 
     code = "programmatic_trace_active"
+
+
+class TimestampInFuture(InvalidArgument):
+    """A report's time is too far past its receipt: a wrong clock would pin the host's part
+    (the newest report wins) until that time."""
+
+    code = "timestamp_in_future"

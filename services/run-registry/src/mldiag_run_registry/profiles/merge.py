@@ -55,9 +55,14 @@ def session_phase(hosts: Iterable[ProfilerSessionHost]) -> ProfilerSessionPhase:
     return ProfilerSessionPhase.SUCCEEDED
 
 
-def _host_key(host: ProfilerSessionHost, time: datetime) -> tuple[datetime, int, bool, int, str]:
-    # Past time and phase, the part that knows its file wins; the content settles the rest.
+def _host_key(
+    host: ProfilerSessionHost, time: datetime
+) -> tuple[bool, datetime, int, bool, int, str]:
+    # A host traces once per session: once it finished, no ACTIVE report (however new; a
+    # clock ahead, a redelivery) takes it back. Then the newest wins; past time and phase,
+    # the part that knows its file; the content settles the rest.
     return (
+        host.phase is not ProfilerSessionPhase.ACTIVE,
         time,
         _PHASE_RANK[host.phase],
         bool(host.file_uri),

@@ -34,6 +34,7 @@ from mldiag_run_registry.profiles.errors import (
     ProgrammaticTraceActive,
     SessionExists,
     SessionNotFound,
+    TimestampInFuture,
     UnknownTarget,
 )
 from mldiag_run_registry.profiles.merge import (
@@ -72,6 +73,7 @@ from mldiag_schemas.profiling import (
     session_name,
 )
 from mldiag_schemas.runs import Run
+from mldiag_schemas.telemetry import MAX_FUTURE_SKEW
 
 log = structlog.get_logger(__name__)
 
@@ -210,8 +212,16 @@ class ProfilesService:
         self, project: str, location: str, run_id: str, report: ProfilerSessionReport
     ) -> ProfilerSession:
         """Merge one host's report (``:report``); the session after it."""
+        received_at = datetime.now(UTC)
+        sent = report.update_time
+        if sent is not None and sent.astimezone(UTC) > received_at + MAX_FUTURE_SKEW:
+            raise TimestampInFuture(
+                f"updateTime {sent.isoformat()} is more than {MAX_FUTURE_SKEW} after receipt:"
+                " check the client's clock",
+                details=[{"field": "updateTime"}],
+            )
         run = await self._runs.get_run(project, location, run_id)
-        state = await self._merge(project, location, run, report, datetime.now(UTC))
+        state = await self._merge(project, location, run, report, received_at)
         return self.served(state)
 
     async def on_session_reported(self, message: ProfilerSessionReported) -> None:
