@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from mldiag_platform import storage
 from mldiag_platform.errors import InvalidArgument, NotFound
-from mldiag_platform.storage import FileStore, GcsStore, ObjectStore, open_store
+from mldiag_platform.storage import FileStore, GcsStore, ObjectStore, open_store, write_atomically
 from support import free_port
 
 
@@ -66,3 +67,12 @@ def test_open_store_understands_both_schemes(tmp_path: Path, gcs_store: GcsStore
     assert remote.url == "gs://mldiag-test/some/prefix"
     with pytest.raises(InvalidArgument):
         open_store("s3://bucket")
+
+
+def test_write_atomically_leaves_only_the_file(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b.xplane.pb"
+    write_atomically(target, b"one")
+    write_atomically(target, b"two")
+    assert target.read_bytes() == b"two"
+    assert [p.name for p in target.parent.iterdir()] == ["b.xplane.pb"]
+    assert storage._write_atomically is write_atomically  # the earlier name

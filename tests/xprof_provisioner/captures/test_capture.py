@@ -1,6 +1,7 @@
 """The capture runner's rules, with a scripted capture client (no workload, no NATS)."""
 
 import asyncio
+import os
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -24,6 +25,7 @@ from mldiag_xprof_provisioner.captures import process as capture_process
 from mldiag_xprof_provisioner.captures.handlers import CaptureBusHandler, captures_consumer
 from mldiag_xprof_provisioner.captures.service import CaptureRunner, TraceRequest, TraceResult
 from mldiag_xprof_provisioner.captures.settings import CaptureSettings
+from mldiag_xprof_provisioner.files import OWNER_FILE
 from xprof_provisioner.xprof_fakes import Recorder
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -273,6 +275,81 @@ async def test_an_upload_error_is_upload_failed_and_still_published(tmp_path: Pa
     assert "bucket unreachable" in finished.error_message
     assert _reports(recorder.published)["h0"].report.phase is ProfilerSessionPhase.FAILED
     assert _finished(recorder.published) == [finished]
+
+
+class CrashingClient(FakeClient):
+    async def trace(self, request: TraceRequest) -> TraceResult:
+        await super().trace(request)
+        raise RuntimeError("the child's result is not JSON")
+
+
+class UnlistableStore(FileStore):
+    async def list(self, prefix: str = "") -> list[str]:  # noqa: ARG002  # it never lists
+        raise OSError("bucket unreachable")
+
+
+async def test_an_unexpected_error_while_tracing_is_capture_failed(tmp_path: Path) -> None:
+    recorder = Recorder()
+    store = FileStore(tmp_path / "storage")
+    runner = CaptureRunner(CaptureSettings(), store, recorder, CrashingClient())
+
+    finished = await runner.run(_command(("h0", "10.0.0.1:9999"), ("h1", "10.0.0.2:9999")))
+
+    # Published, so the operation finishes: a raise would be redelivered, then dead-lettered.
+    assert finished.error_code == "capture_failed"
+    assert finished.missing_hosts == ["h0", "h1"]
+    assert "RuntimeError: the child's result is not JSON" in finished.error_message
+    assert _finished(recorder.published) == [finished]
+    assert {r.report.phase for r in _reports(recorder.published).values()} == {
+        ProfilerSessionPhase.FAILED
+    }
+
+
+async def test_an_unexpected_store_error_before_tracing_is_capture_failed(
+    tmp_path: Path,
+) -> None:
+    client = FakeClient()
+    recorder = Recorder()
+    runner = CaptureRunner(CaptureSettings(), UnlistableStore(tmp_path / "s"), recorder, client)
+
+    finished = await runner.run(_command(("h0", "10.0.0.1:9999")))
+
+    assert finished.error_code == "capture_failed"
+    assert "OSError: bucket unreachable" in finished.error_message
+    assert client.requests == []
+    assert _finished(recorder.published) == [finished]
+
+
+async def test_an_unreadable_record_captures_anew(tmp_path: Path) -> None:
+    client = FakeClient()
+    runner, recorder = _runner(tmp_path, client)
+    command = _command(("h0", "10.0.0.1:9999"))
+    store = FileStore(tmp_path / "storage")
+    await store.put(f"run-1/captures/{command.event_id}.json", b"{not json")
+
+    finished = await runner.run(command)
+
+    assert finished.error_code == ""
+    assert _finished(recorder.published) == [finished]
+
+
+async def test_scratch_lives_in_the_work_dir_marked_as_ours(tmp_path: Path) -> None:
+    client = FakeClient()
+    client.gate = asyncio.Event()
+    work = tmp_path / "work"
+    runner = CaptureRunner(
+        CaptureSettings(), FileStore(tmp_path / "storage"), Recorder(), client, work_dir=work
+    )
+    task = asyncio.create_task(runner.run(_command(("h0", "10.0.0.1:9999"))))
+    await client.tracing.wait()
+
+    (request,) = client.requests
+    # A provisioner killed now leaves it for its successor's remove_stale_copies.
+    assert request.work_dir.parent == work
+    assert (request.work_dir / OWNER_FILE).read_text() == str(os.getpid())
+    client.gate.set()
+    await task
+    assert list(work.iterdir()) == []
 
 
 async def test_a_redelivered_command_republishes_without_capturing(tmp_path: Path) -> None:

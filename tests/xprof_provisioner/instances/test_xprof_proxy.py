@@ -1,9 +1,15 @@
 """The proxy's allow-list on its own: what passes, in what form."""
 
+import httpx
 import pytest
 
 from mldiag_xprof_provisioner.errors import ForbiddenParameter, ForbiddenRoute, InvalidParameter
-from mldiag_xprof_provisioner.instances.proxy import API_PARAMETERS, STATIC_FILES, route
+from mldiag_xprof_provisioner.instances.proxy import (
+    API_PARAMETERS,
+    STATIC_FILES,
+    XProfClient,
+    route,
+)
 
 RUNS = ("run-a", "run-b")
 
@@ -90,3 +96,44 @@ def test_everything_else_is_refused(
 ) -> None:
     with pytest.raises(error):
         route(path, query, RUNS)
+
+
+def test_a_forced_regeneration_is_not_passed_on() -> None:
+    # It would make XProf rewrite cache files under their readers; the UI never sends it.
+    with pytest.raises(ForbiddenParameter):
+        route(
+            "data/plugin/profile/data",
+            [("run", "run-a/s1"), ("tag", "overview_page"), ("use_saved_result", "false")],
+            RUNS,
+        )
+
+
+async def test_conversion_locks_go_once_answered_and_a_stopped_instance_is_forgotten() -> None:
+    answers = iter([500, 200, 200, 200])
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.params["host"])
+        return httpx.Response(next(answers))
+
+    client = XProfClient(timeout_seconds=5, max_connections=4)
+    client._client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    query = [("run", "run-a/s1"), ("tag", "trace_viewer@")]
+    try:
+        for host in ("h0", "h0", "h0", "h1"):
+            passed = route("data/plugin/profile/data", [*query, ("host", host)], RUNS)
+            upstream = await client.send("GET", "instance-1", 9100, passed, "")
+            await upstream.close()
+            # Nobody holds or waits on a conversion's lock: none is kept, whatever the key.
+            assert client._converting._locks == {}
+    finally:
+        await client.aclose()
+    assert len(seen) == 4
+    assert client._converted == {
+        "instance-1": {
+            ("run-a/s1", "trace_viewer@", "h0", ""),
+            ("run-a/s1", "trace_viewer@", "h1", ""),
+        }
+    }
+    client.forget("instance-1")
+    assert client._converted == {}

@@ -1,11 +1,12 @@
 """The provisioner's domain logic with a fake XProf launcher, a fake publisher and a FileStore."""
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
 
-from mldiag_platform.storage import FileStore
+from mldiag_platform.storage import FileStore, write_atomically
 from mldiag_xprof_provisioner.errors import (
     InstanceNotFound,
     InstanceNotRunning,
@@ -17,6 +18,7 @@ from mldiag_xprof_provisioner.errors import (
     TooManyInstances,
     XProfStartFailed,
 )
+from mldiag_xprof_provisioner.instances import copies
 from mldiag_xprof_provisioner.instances.copies import OWNER_FILE
 from mldiag_xprof_provisioner.instances.service import XProfProvisioner
 from xprof_provisioner.xprof_fakes import FAILED, RUNNING, STARTING, STOPPED, World
@@ -319,6 +321,76 @@ async def test_object_keys_that_are_not_plain_files_are_skipped(world: World) ->
     assert world.launcher.launched[0].files_at_launch == ["run-1/plugins/profile/s1/h.xplane.pb"]
 
 
+class OrderedStore(FileStore):
+    """Remembers which keys were read, in order."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.read: list[str] = []
+
+    async def get(self, key: str) -> bytes:
+        data = await super().get(key)
+        self.read.append(key.rsplit("/", 1)[-1])
+        return data
+
+
+async def test_xprofs_cache_markers_are_copied_after_the_files_they_vouch_for(
+    world: World,
+) -> None:
+    store = OrderedStore(world.store.root)
+    names = ["cache_version.txt", ".cached_tools.json", "h.xplane.pb", "h.SSTABLE", "a.pb"]
+    for name in names:
+        await store.put(f"run-1/plugins/profile/s1/{name}", b"x" * 3)
+    service = XProfProvisioner(world.settings, store, world.recorder, world.launcher, world.clock)
+
+    await service.start(["run-1"])
+
+    assert sorted(store.read[-2:]) == [".cached_tools.json", "cache_version.txt"]
+    assert sorted(store.read) == sorted(names)
+    store.read.clear()
+    await store.put("run-1/plugins/profile/s2/cache_version.txt", b"2.24.2")
+    await store.put("run-1/plugins/profile/s2/h.xplane.pb", b"x")
+    await service.sync_session("run-1", "s2")
+    assert store.read == ["h.xplane.pb", "cache_version.txt"]
+
+
+async def test_a_stop_mid_copy_waits_for_writes_and_leaves_nothing(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await world.store.put("run-1/plugins/profile/s1/h.xplane.pb", b"xplane")
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_write(path: Path, data: bytes) -> None:
+        entered.set()
+        release.wait(5)
+        write_atomically(path, data)
+
+    monkeypatch.setattr(copies, "write_atomically", slow_write)
+    starting = asyncio.create_task(world.service.start(["run-1"]))
+    await asyncio.to_thread(entered.wait, 5)
+    [instance] = await world.service.list_instances()
+    stopping = asyncio.create_task(world.service.stop(instance.instance_id))
+    await asyncio.sleep(0.05)
+    assert not stopping.done(), "the stop waits for the write in its thread"
+    release.set()
+    stopped = await stopping
+
+    assert stopped.state is STOPPED
+    assert not Path(instance.logdir).parent.exists(), "nothing landed after the delete"
+    assert (await starting).instance.state is STOPPED
+    assert world.launcher.launched == [], "a cancelled start launches nothing"
+
+
+async def test_no_sync_writes_into_an_instance_being_torn_down(world: World) -> None:
+    instance = (await world.service.start(["run-1"])).instance
+    record = world.service._instances[instance.instance_id]
+    await world.service.stop(instance.instance_id)
+    await world.store.put("run-1/plugins/profile/s1/h.xplane.pb", b"late")
+
+    assert await copies.copy_session(world.store, record, "run-1", "s1") == 0
+    assert not await asyncio.to_thread(Path(instance.logdir).exists)
+
+
 async def test_a_bus_outage_does_not_stop_xprof_from_starting(tmp_path: Path) -> None:
     world = World(tmp_path, publish_fails=True)
     instance = (await world.service.start(["run-1"])).instance
@@ -487,3 +559,11 @@ async def test_no_cap_means_no_recycle(tmp_path: Path) -> None:
     world.launcher.launched[0].rss = 64 * 1024**3
     await world.service.reap()
     assert len(world.launcher.launched) == 1
+
+
+async def test_stop_listeners_hear_of_every_stopped_instance(world: World) -> None:
+    heard: list[str] = []
+    world.service.on_stop(heard.append)
+    instance = (await world.service.start(["run-1"])).instance
+    await world.service.stop(instance.instance_id)
+    assert heard == [instance.instance_id]

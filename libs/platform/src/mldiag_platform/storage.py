@@ -8,6 +8,7 @@ calls run in a worker thread.
 
 import asyncio
 import os
+import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -58,7 +59,7 @@ class FileStore:
     async def put(self, key: str, data: bytes) -> None:
         """Write atomically: a reader never sees half an object."""
         path = self.path_of(key)
-        await asyncio.to_thread(_write_atomically, path, data)
+        await asyncio.to_thread(write_atomically, path, data)
 
     async def get(self, key: str) -> bytes:
         """Read the file, or raise :class:`NotFound`."""
@@ -87,11 +88,24 @@ class FileStore:
         await asyncio.to_thread(self.path_of(key).unlink, True)
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``path`` through a temporary name beside it, so a reader never sees half a file.
+
+    The temporary name (``.tmp-<name>-<pid>-<random>``) is hidden, unique per writer (two
+    threads may write one path at once) and ends in neither the file's suffix nor any other,
+    so a scan meanwhile takes it for nothing it knows. Blocking: run it in a thread.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".tmp-{path.name}-{os.getpid()}")
-    temporary.write_bytes(data)
-    temporary.replace(path)
+    temporary = path.with_name(f".tmp-{path.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        temporary.write_bytes(data)
+        temporary.replace(path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+_write_atomically = write_atomically  # the earlier private name, for existing callers
 
 
 class GcsStore:

@@ -53,12 +53,14 @@ def create_app(settings: XProfProvisionerSettings | None = None) -> FastAPI:
                 store,
                 bus.publisher,
                 SubprocessTraceClient(settings.capture.probe_timeout_seconds),
+                work_dir=service.work_dir,
             )
             bus.consume(
                 captures_handlers.captures_consumer(settings.capture),
                 captures_handlers.CaptureBusHandler(captures).on_commands,
             )
             client = XProfClient(settings.proxy_timeout_seconds, settings.proxy_connections)
+            service.on_stop(client.forget)
             reaper = asyncio.create_task(service.run_reaper(), name="xprof-reaper")
             app.state.service = service
             app.state.xprof_client = client

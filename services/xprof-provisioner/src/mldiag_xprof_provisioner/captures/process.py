@@ -6,7 +6,6 @@ sees this only through its ``TraceClient`` protocol.
 import asyncio
 import contextlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from mldiag_xprof_provisioner.captures.service import (
     TraceRequest,
     TraceResult,
 )
+from mldiag_xprof_provisioner.files import read_tail
 from mldiag_xprof_provisioner.orphans import child_environment
 
 log = structlog.get_logger(__name__)
@@ -119,7 +119,7 @@ def _read_result(
     returncode: int | None,
     timed_out: bool,
 ) -> TraceResult:
-    text = _tail(log_path)
+    text = read_tail(log_path, _LOG_TAIL_BYTES) or ""
     files = _files_by_address(logdir / "plugins" / "profile" / request.session_id, request)
     host_errors: dict[str, str] = {}
     started_ns: int | None = None
@@ -162,13 +162,3 @@ def _files_by_address(session_dir: Path, request: TraceRequest) -> dict[str, Pat
     if written:
         log.warning("capture.unexpected_files", files=sorted(written))
     return files
-
-
-def _tail(path: Path) -> str:
-    try:
-        with path.open("rb") as file:
-            size = file.seek(0, os.SEEK_END)
-            file.seek(max(0, size - _LOG_TAIL_BYTES))
-            return file.read().decode(errors="replace")
-    except OSError:
-        return ""

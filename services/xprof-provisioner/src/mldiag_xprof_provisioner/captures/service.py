@@ -50,8 +50,9 @@ from mldiag_schemas.profiling import (
     TracerLevels,
     session_prefix,
 )
-from mldiag_xprof_provisioner.captures.locks import KeyedLocks
 from mldiag_xprof_provisioner.captures.settings import CaptureSettings
+from mldiag_xprof_provisioner.files import owned_directory
+from mldiag_xprof_provisioner.locks import KeyedLocks
 
 log = structlog.get_logger(__name__)
 
@@ -169,11 +170,14 @@ class CaptureRunner:
         store: ObjectStore,
         publisher: MessagePublisher,
         client: TraceClient,
+        work_dir: Path | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
         self._publisher = publisher
         self._client = client
+        # The provisioner's work dir, where a successor removes what a crash left behind.
+        self._scratch = settings.scratch_dir or work_dir or Path(tempfile.gettempdir())
         self._targets = KeyedLocks()
         self._commands = KeyedLocks()
         self._slots = asyncio.Semaphore(settings.max_concurrent)
@@ -181,8 +185,10 @@ class CaptureRunner:
     async def run(self, command: CaptureProfile) -> ProfileCaptureFinished:
         """Capture, upload, publish each host's report and then the outcome; return it.
 
-        Capture problems are outcomes (``error_code`` set), not exceptions; it raises only
-        when publishing fails, so that the command is retried.
+        Capture problems are outcomes (``error_code`` set), not exceptions, even unexpected
+        ones: a command that raised would be redelivered, dead-lettered at last, and its
+        operation never finish. It raises only when publishing fails, so that the command is
+        retried.
         """
         bound = log.bind(
             run=command.run_id,
@@ -192,7 +198,7 @@ class CaptureRunner:
         )
         # A duplicate of a command in hand waits for it, then finds its record.
         async with self._commands.hold([str(command.event_id)]):
-            record = await self._recorded(command)
+            record = await self._recorded(command, bound)
             if record is not None:
                 bound.info("capture.replayed", hosts=len(record.reports))
             else:
@@ -213,21 +219,28 @@ class CaptureRunner:
             for host in hosts:
                 host.fail(CAPTURE_FAILED, problem)
             return _Outcome(hosts)
+        try:
+            return await self._capture(command, hosts, bound)
+        except Exception as exc:  # noqa: BLE001  # any surprise is this command's outcome
+            bound.exception("capture.crashed")
+            reason = f"{type(exc).__name__}: {exc}"
+            for host in hosts:
+                if not host.error_code:
+                    host.fail(CAPTURE_FAILED, f"the capture of {host.label} failed: {reason}")
+            return _Outcome(hosts)
+
+    async def _capture(
+        self, command: CaptureProfile, hosts: list[_Host], bound: structlog.stdlib.BoundLogger
+    ) -> _Outcome:
         if await self._already_stored(command, hosts):
             return _Outcome(hosts)
-        work_dir = await asyncio.to_thread(self._make_work_dir)
+        work_dir = await asyncio.to_thread(owned_directory, self._scratch, "capture-")
         try:
             started_at = await self._trace(command, hosts, work_dir, bound)
             await self._upload(command, hosts)
         finally:
             await asyncio.to_thread(shutil.rmtree, work_dir, True)
         return _Outcome(hosts, started_at)
-
-    def _make_work_dir(self) -> Path:
-        scratch = self._settings.scratch_dir
-        if scratch is not None:
-            scratch.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix="capture-", dir=scratch))
 
     async def _trace(
         self,
@@ -307,12 +320,17 @@ class CaptureRunner:
             host.key, host.size_bytes = key, len(await self._store.get(key))
         return True
 
-    async def _recorded(self, command: CaptureProfile) -> _Record | None:
+    async def _recorded(
+        self, command: CaptureProfile, bound: structlog.stdlib.BoundLogger
+    ) -> _Record | None:
         try:
             raw = await self._store.get(_record_key(command))
+            return _Record.model_validate_json(raw)
         except NotFound:
             return None
-        return _Record.model_validate_json(raw)
+        except Exception as exc:  # noqa: BLE001  # unreadable: capture as if first delivered
+            bound.warning("capture.record_unreadable", error=repr(exc))
+            return None
 
     async def _keep(
         self, command: CaptureProfile, record: _Record, bound: structlog.stdlib.BoundLogger

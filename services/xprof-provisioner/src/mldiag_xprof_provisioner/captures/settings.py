@@ -28,5 +28,6 @@ class CaptureSettings(BaseSettings):
     )
     scratch_dir: Path | None = Field(
         default=None,
-        description="Where the client writes before the upload (default: the system temp dir).",
+        description="Where the client writes before the upload (default: the provisioner's "
+        "work dir, whose leftovers a restarted provisioner removes).",
     )

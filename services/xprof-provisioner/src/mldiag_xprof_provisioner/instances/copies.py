@@ -8,30 +8,29 @@ copy also keeps one instance from reading another's runs. A copy is
 """
 
 import asyncio
-import os
-import uuid
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path, PurePosixPath
 
 from prometheus_client import Counter
 
 from mldiag_platform.errors import NotFound
-from mldiag_platform.storage import ObjectStore
+from mldiag_platform.storage import ObjectStore, write_atomically
 from mldiag_schemas.profiling import XPLANE_SUFFIX, session_prefix
+from mldiag_xprof_provisioner.files import CACHE_MARKERS, OWNER_FILE, claim
 from mldiag_xprof_provisioner.instances.records import InstanceRecord
 
 SESSION_FILES_SYNCED = Counter(
     "mldiag_xprof_session_files_synced_total", "Files copied into running instances' logdirs."
 )
 
-OWNER_FILE = "owner.pid"
-"""Inside each instance (and pre-warm) directory: the pid of the provisioner that made it."""
 _DOWNLOAD_CONCURRENCY = 8
 
 
 def profile_prefix(run_id: str) -> str:
-    """The object-store prefix of every session of a run."""
-    return f"{run_id}/plugins/profile/"
+    """The object-store prefix of every session of a run (the schemas' ``session_prefix``
+    less the session)."""
+    return session_prefix(run_id, "").removesuffix("/")
 
 
 def session_hosts(keys: Iterable[str], prefix: str) -> list[str]:
@@ -57,9 +56,9 @@ async def copy_runs(store: ObjectStore, record: InstanceRecord) -> tuple[int, in
         for run_id in record.run_ids:
             # XProf refuses a logdir that does not exist; an empty run still shows as one.
             (record.logdir / run_id / "plugins" / "profile").mkdir(parents=True)
-        (record.directory / OWNER_FILE).write_text(str(os.getpid()))
+        claim(record.directory)
 
-    await asyncio.to_thread(prepare)
+    await _write(record, prepare)
     copies = await asyncio.gather(
         *(_copy_prefix(store, record, run_id, profile_prefix(run_id)) for run_id in record.run_ids)
     )
@@ -70,9 +69,20 @@ async def copy_runs(store: ObjectStore, record: InstanceRecord) -> tuple[int, in
 
 
 async def copy_session(
-    store: ObjectStore, record: InstanceRecord, run_id: str, session_id: str
+    store: ObjectStore,
+    record: InstanceRecord,
+    run_id: str,
+    session_id: str,
+    replace: Callable[[str], bool] | None = None,
 ) -> int:
-    """Copy the files of one session the instance does not have yet; returns how many."""
+    """Copy the files of one session the instance does not have yet; returns how many.
+
+    Files of the copy's session directory that ``replace`` names are deleted first (XProf's
+    cache markers before the rest, so it never trusts half a set) and copied anew.
+    """
+    if replace is not None:
+        directory = record.logdir / run_id / "plugins" / "profile" / session_id
+        await _write(record, partial(_delete_matching, directory, replace))
     count, size = await _copy_prefix(
         store, record, run_id, session_prefix(run_id, session_id), skip_existing=True
     )
@@ -86,6 +96,14 @@ async def copy_session(
             bytes=size,
         )
     return count
+
+
+def _delete_matching(directory: Path, matches: Callable[[str], bool]) -> None:
+    if not directory.is_dir():
+        return
+    doomed = [path for path in directory.iterdir() if path.is_file() and matches(path.name)]
+    for path in sorted(doomed, key=lambda path: (path.name not in CACHE_MARKERS, path.name)):
+        path.unlink(missing_ok=True)
 
 
 async def _copy_prefix(
@@ -113,11 +131,35 @@ async def _copy_prefix(
                 data = await store.get(key)
             except NotFound:
                 return -1  # deleted between list and get: nothing to copy
-            await asyncio.to_thread(write_atomically, target, data)
+            if not await _write(record, partial(write_atomically, target, data)):
+                return -1  # the instance is going: its copy is being deleted
             return len(data)
 
-    sizes = [size for size in await asyncio.gather(*(fetch(k, t) for k, t in wanted)) if size >= 0]
+    # XProf trusts every cache file of a session that has its markers: they go last, once
+    # the files they vouch for have landed (as the pre-warm uploads them).
+    first = [(key, target) for key, target in wanted if target.name not in CACHE_MARKERS]
+    last = [(key, target) for key, target in wanted if target.name in CACHE_MARKERS]
+    sizes: list[int] = []
+    for batch in (first, last):
+        fetched = await asyncio.gather(*(fetch(key, target) for key, target in batch))
+        sizes += [size for size in fetched if size >= 0]
     return len(sizes), sum(sizes)
+
+
+async def _write(record: InstanceRecord, write: Callable[[], None]) -> bool:
+    """Run ``write`` into the copy in a thread, unless the instance is closing; ``False``
+    when it was not run.
+
+    A cancelled copy (a stop mid-start) does not wait for the thread, which cannot be
+    stopped; the teardown does (``record.writes``), so nothing lands after its delete.
+    """
+    if record.closing:
+        return False
+    future = asyncio.ensure_future(asyncio.to_thread(write))
+    record.writes.add(future)
+    future.add_done_callback(record.writes.discard)
+    await asyncio.shield(future)
+    return True
 
 
 def stale_copies(work_dir: Path, is_alive: Callable[[int], bool]) -> list[Path]:
@@ -144,15 +186,3 @@ def _target(root: Path, relative: str) -> Path | None:
     if path.is_absolute() or ".." in path.parts:
         return None  # never write outside the copy, whatever a bucket lists
     return root.joinpath(*path.parts)
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write ``path`` through a temporary name, so XProf never reads half a file.
-
-    The temporary name ends in neither ``.xplane.pb`` nor a cache suffix, so a rescan that
-    runs meanwhile does not take it for a host.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.part")
-    temporary.write_bytes(data)
-    temporary.replace(path)

@@ -19,6 +19,7 @@ from pathlib import Path
 import structlog
 
 from mldiag_xprof_provisioner.errors import XProfStartFailed
+from mldiag_xprof_provisioner.files import log_tail
 from mldiag_xprof_provisioner.instances import child
 from mldiag_xprof_provisioner.instances.backend import LaunchSpec
 from mldiag_xprof_provisioner.orphans import child_environment
@@ -30,8 +31,6 @@ READY_PATH = "/data/plugin/profile/runs"
 
 _POLL_SECONDS = 0.1
 _PROBE_TIMEOUT_SECONDS = 1.0
-_LOG_TAIL_BYTES = 4096
-_LOG_TAIL_LINES = 20
 
 
 def port_is_free(port: int) -> bool:
@@ -162,15 +161,7 @@ class XProfChild:
 
     def log_tail(self) -> str:
         """The last lines XProf wrote (stdout and stderr), for error reports."""
-        try:
-            with self._spec.log_path.open("rb") as file:
-                size = file.seek(0, os.SEEK_END)
-                file.seek(max(0, size - _LOG_TAIL_BYTES))
-                text = file.read().decode(errors="replace")
-        except OSError:
-            return "(no log)"
-        lines = text.splitlines()[-_LOG_TAIL_LINES:]
-        return "\n".join(lines) or "(empty log)"
+        return log_tail(self._spec.log_path)
 
 
 async def _answers(port: int) -> bool:

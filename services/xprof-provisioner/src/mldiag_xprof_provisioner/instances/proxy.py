@@ -20,7 +20,6 @@ Everything else is refused: an unknown or path parameter with ``forbidden_parame
 an unlisted route with ``forbidden_route`` (403).
 """
 
-import asyncio
 import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from mldiag_xprof_provisioner.errors import (
     XProfUnreachable,
 )
 from mldiag_xprof_provisioner.instances.child import LOOPBACK
+from mldiag_xprof_provisioner.locks import KeyedLocks
 
 PLUGIN = "data/plugin/profile"
 """XProf's UI and API live below this path."""
@@ -72,7 +72,8 @@ _DATA_PARAMETERS = frozenset(
         "program_id",
         "tqx",
         "perfetto",
-        "use_saved_result",
+        # not use_saved_result: a forced conversion rewrites cache files under their readers
+        # (the UI never sends it: bundle.js only deletes it from its page's parameters)
         "full_dma",
         "group_by",
         "refresh_suggestion",
@@ -157,8 +158,6 @@ class Route:
     """A file of the UI (cacheable) rather than an API answer."""
     conversion: tuple[str, ...] | None = None
     """For tool data: what XProf converts and caches for it (session, tool, hosts)."""
-    regenerate: bool = False
-    """The UI asked XProf to convert again (``use_saved_result=false``)."""
 
 
 def route(path: str, query: Sequence[tuple[str, str]], run_ids: Sequence[str]) -> Route:
@@ -199,7 +198,6 @@ def route(path: str, query: Sequence[tuple[str, str]], run_ids: Sequence[str]) -
             tuple(query),
             static=False,
             conversion=conversion,
-            regenerate=values.get("use_saved_result", "").lower() == "false",
         )
     if below == "" or _is_ui_route(below):
         # XProf serves its page for these; the page reads its parameters in the browser.
@@ -329,8 +327,10 @@ class XProfClient:
     _MAX_REMEMBERED = 10_000
 
     def __init__(self, timeout_seconds: float, max_connections: int) -> None:
-        self._converting: dict[tuple[str, ...], asyncio.Lock] = {}
-        self._converted: set[tuple[str, ...]] = set()
+        # Locks are dropped once nobody holds or awaits them: keys carry what users send.
+        self._converting = KeyedLocks()
+        self._converted: dict[str, set[tuple[str, ...]]] = {}
+        self._remembered = 0
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_seconds, connect=5.0),
             limits=httpx.Limits(
@@ -347,20 +347,28 @@ class XProfClient:
 
         Returns once XProf has sent its headers, which it does only after converting.
         """
-        if route.conversion is None:
+        conversion = route.conversion
+        if conversion is None or conversion in self._converted.get(instance_id, ()):
             return await self._send(method, port, route, accept)
-        key = (instance_id, *route.conversion)
-        if key in self._converted and not route.regenerate:
-            return await self._send(method, port, route, accept)
-        lock = self._converting.setdefault(key, asyncio.Lock())
-        async with lock:
+        # NUL never occurs in a passed value (see _check_value): the key is unambiguous.
+        async with self._converting.hold(["\0".join((instance_id, *conversion))]):
             upstream = await self._send(method, port, route, accept)
-            if upstream.status_code == 200 and not route.regenerate:
-                if len(self._converted) >= self._MAX_REMEMBERED:
-                    self._converted.clear()  # forgetting only costs a queue for a moment
-                self._converted.add(key)
-                self._converting.pop(key, None)
+            if upstream.status_code == 200:
+                self._remember(instance_id, conversion)
             return upstream
+
+    def forget(self, instance_id: str) -> None:
+        """Drop what is known of a stopped instance's conversions."""
+        self._remembered -= len(self._converted.pop(instance_id, ()))
+
+    def _remember(self, instance_id: str, conversion: tuple[str, ...]) -> None:
+        if self._remembered >= self._MAX_REMEMBERED:
+            self._converted.clear()  # forgetting only costs a queue for a moment
+            self._remembered = 0
+        known = self._converted.setdefault(instance_id, set())
+        if conversion not in known:
+            known.add(conversion)
+            self._remembered += 1
 
     async def _send(self, method: str, port: int, route: Route, accept: str) -> Upstream:
         request = self._client.build_request(

@@ -3,7 +3,7 @@ on it."""
 
 import asyncio
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -39,6 +39,10 @@ class InstanceRecord:
     # also carries a memory recycle, which is a start on the same logdir.
     startup: "asyncio.Task[None] | None" = None
     stopping: "asyncio.Task[None] | None" = None
+    closing: bool = False
+    """The teardown has begun: nothing more is written into the copy."""
+    writes: "set[asyncio.Future[None]]" = field(default_factory=set)
+    """Writes into the copy running in threads, which the teardown waits for."""
 
     @property
     def name(self) -> str:

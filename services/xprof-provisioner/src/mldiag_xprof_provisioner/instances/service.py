@@ -133,11 +133,16 @@ class XProfProvisioner:
         self._work_dir = settings.work_dir.resolve()
         self._instances: dict[str, InstanceRecord] = {}
         self._reserved_ports: set[int] = set()
+        self._stop_listeners: list[Callable[[str], None]] = []
 
     @property
     def work_dir(self) -> Path:
         """Where instance copies (and pre-warm scratch directories) live."""
         return self._work_dir
+
+    def on_stop(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(instance_id)`` whenever an instance has stopped or failed."""
+        self._stop_listeners.append(listener)
 
     # -- requests -------------------------------------------------------------------------
 
@@ -226,14 +231,17 @@ class XProfProvisioner:
             )
         return Lease(record, self._clock)
 
-    async def sync_session(self, run_id: str, session_id: str) -> int:
+    async def sync_session(
+        self, run_id: str, session_id: str, replace: Callable[[str], bool] | None = None
+    ) -> int:
         """Copy a session's new files (a host's xplane, pre-warmed caches) into every active
         instance serving its run; returns how many files were copied in all.
 
         XProf rescans its logdir on every ``runs`` call, so a copied session shows up on the
         next one. Files an instance has already are left alone: XProf may have written its
         own caches there, and a copy is never fresher than what it computed from the same
-        xplanes.
+        xplanes. Except the files ``replace`` names (caches made from fewer hosts, say),
+        which are deleted and copied anew.
         """
         check_run_id(run_id)
         check_session_id(session_id)
@@ -247,7 +255,9 @@ class XProfProvisioner:
             # A starting instance may have listed the store before this session landed.
             await self._settled(record)
             if record.state is XProfInstanceState.RUNNING and record.stopping is None:
-                copied += await copies.copy_session(self._store, record, run_id, session_id)
+                copied += await copies.copy_session(
+                    self._store, record, run_id, session_id, replace
+                )
         return copied
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -503,6 +513,11 @@ class XProfProvisioner:
         status = None
         if record.process is not None:
             status = await record.process.stop(self._settings.stop_grace_seconds)
+        # No copy's write may land after the delete: none starts from now, and the ones in
+        # threads (a cancelled start's, a sync's) finish first.
+        record.closing = True
+        if record.writes:
+            await asyncio.wait(set(record.writes))
         await asyncio.to_thread(shutil.rmtree, record.directory, ignore_errors=True)
         self._reserved_ports.discard(record.port)
         record.state = state
@@ -511,6 +526,8 @@ class XProfProvisioner:
         record.memory_bytes = 0
         record.end_time = self._clock()
         INSTANCES_ACTIVE.set(self._active_count())
+        for listener in self._stop_listeners:
+            listener(record.instance_id)
         record.log.info("xprof.instance.stopped", state=state.value, exit_status=status)
         await self._announce(record)
 

@@ -9,7 +9,7 @@ next to the xplanes and answers from them:
 - ``overview_page`` over all hosts (``ALL_HOSTS.op_stats_v2.pb``, which other tools reuse);
 - ``cache_version.txt`` with XProf's version, last: without it the server logs "Cache version
   file not found, invalidating cache" and converts again. It is also the marker the
-  provisioner uploads last, so its presence in the store means "warmed".
+  provisioner uploads after the other caches.
 
 A separate process because conversion takes 50-90x the xplane in memory and never gives it
 back; the process exiting is what returns it. It prints one JSON line (hosts, seconds) on
@@ -21,11 +21,10 @@ import sys
 import time
 from pathlib import Path
 
+from mldiag_schemas.profiling import XPLANE_SUFFIX
+from mldiag_xprof_provisioner.files import CACHE_VERSION_FILE
 from mldiag_xprof_provisioner.orphans import die_with_parent
 
-CACHE_VERSION_FILE = "cache_version.txt"
-"""XProf's cache marker (``profile_plugin.CACHE_VERSION_FILE``)."""
-XPLANE_SUFFIX = ".xplane.pb"
 TRACE_VIEWER_OPTIONS = {"resolution": 8000, "full_dma": False}
 """What XProf's data route passes for a first ``trace_viewer@`` request."""
 

@@ -6,10 +6,16 @@ relocatable (plain files in the session directory), so one conversion serves eve
 and every user. The conversion runs in its own process (``child.py``) behind the
 ``WarmRunner`` protocol: locally a subprocess here, a Kubernetes Job in another backend.
 
-Order of work for a session: download its SUCCEEDED hosts' xplanes to a scratch directory,
-convert, upload the new files with ``cache_version.txt`` last (its presence in the store
-means "warmed", which makes a redelivered message cheap), copy them into running instances
-serving the run, then report ``prewarmed`` to the run-registry.
+Order of work for a session: delete the caches stored for it before (XProf trusts a
+session's caches whenever ``cache_version.txt`` is there, so those from fewer hosts would
+pass for current), download its SUCCEEDED hosts' xplanes to a scratch directory, convert,
+upload the new files with ``cache_version.txt`` after them and our own marker
+(``<run>/warm/<session>.json``: the hosts the caches were made from) last, copy them into
+running instances serving the run, then report ``prewarmed`` to the run-registry.
+
+The marker, not the session's ``prewarmed`` flag, says whether the caches are current: a host
+that lands after the first warm changes the hosts, and the session is warmed again. It lives
+outside ``plugins/profile`` because XProf takes any file in a session directory for a host's.
 """
 
 import asyncio
@@ -29,10 +35,11 @@ from typing import NamedTuple, Protocol
 
 import structlog
 from prometheus_client import Counter, Histogram
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mldiag_platform.bus import MessagePublisher
 from mldiag_platform.errors import NotFound
-from mldiag_platform.storage import ObjectStore
+from mldiag_platform.storage import ObjectStore, write_atomically
 from mldiag_schemas.profiling import (
     XPLANE_SUFFIX,
     ProfilerSession,
@@ -43,8 +50,14 @@ from mldiag_schemas.profiling import (
     session_prefix,
 )
 from mldiag_xprof_provisioner.errors import WarmFailed
-from mldiag_xprof_provisioner.instances.copies import OWNER_FILE, write_atomically
+from mldiag_xprof_provisioner.files import (
+    CACHE_MARKERS,
+    CACHE_VERSION_FILE,
+    log_tail,
+    owned_directory,
+)
 from mldiag_xprof_provisioner.instances.service import XProfProvisioner
+from mldiag_xprof_provisioner.locks import KeyedLocks
 from mldiag_xprof_provisioner.orphans import child_environment
 from mldiag_xprof_provisioner.settings import XProfProvisionerSettings
 from mldiag_xprof_provisioner.warm import child as warm_child
@@ -58,11 +71,57 @@ WARM_SECONDS = Histogram(
     buckets=(1, 2, 5, 10, 30, 60, 120, 300, 900),
 )
 
-CACHE_VERSION_FILE = warm_child.CACHE_VERSION_FILE
 TERMINAL_PHASES = frozenset({ProfilerSessionPhase.SUCCEEDED, ProfilerSessionPhase.FAILED})
 _WARM_EVENTS = uuid.UUID("6f1d3c57-5d0e-4d87-9a43-2f5c0b1e7a11")
 """Namespace of the prewarmed reports' event ids: one per session, so redeliveries dedupe."""
-_LOG_TAIL_BYTES = 4096
+MARKERS_FOLDER = "warm"
+"""``<run>/warm/<session>.json``: what a session's stored caches were made from."""
+_CACHE_SUFFIXES = (".SSTABLE",)
+_ALL_HOSTS_PREFIX = "ALL_HOSTS."
+
+
+class WarmedHost(BaseModel):
+    """One host's xplane as the caches were made from it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    file_uri: str
+    size_bytes: int
+
+
+class WarmMarker(BaseModel):
+    """What a session's stored caches were made from, and which files they are."""
+
+    model_config = ConfigDict(frozen=True)
+
+    xprof: str
+    hosts: dict[str, WarmedHost]
+    files: list[str]
+    """The cache files uploaded, ``cache_version.txt`` last."""
+
+
+def marker_key(run_id: str, session_id: str) -> str:
+    """Where the warm marker of a session is stored."""
+    return f"{run_id}/{MARKERS_FOLDER}/{session_id}.json"
+
+
+def warmed_hosts(session: ProfilerSession) -> dict[str, WarmedHost]:
+    """The hosts a warm of ``session`` now would be made from."""
+    return {
+        host.host: WarmedHost(file_uri=host.file_uri, size_bytes=host.size_bytes)
+        for host in succeeded_hosts(session)
+    }
+
+
+def is_cache_file(name: str, marker: WarmMarker | None = None) -> bool:
+    """Whether a file of a session directory is one of the caches a warm makes (and a new
+    warm replaces): XProf's markers, the trace viewer's tables, the all-hosts results."""
+    return (
+        name in CACHE_MARKERS
+        or name.endswith(_CACHE_SUFFIXES)
+        or name.startswith(_ALL_HOSTS_PREFIX)
+        or (marker is not None and name in marker.files)
+    )
 
 
 def xprof_version() -> str:
@@ -83,12 +142,9 @@ def succeeded_hosts(session: ProfilerSession) -> list[ProfilerSessionHost]:
 
 
 def wants_warming(session: ProfilerSession) -> bool:
-    """A session is warmed once: when it has ended, some host succeeded, and nobody has."""
-    return (
-        session.phase in TERMINAL_PHASES
-        and bool(succeeded_hosts(session))
-        and not session.prewarmed
-    )
+    """A session may want warming once it has ended with some host succeeded; whether it
+    does is for its marker to say (a host may land after the first warm)."""
+    return session.phase in TERMINAL_PHASES and bool(succeeded_hosts(session))
 
 
 class WarmRunner(Protocol):
@@ -134,7 +190,7 @@ class SubprocessWarmRunner:
         if process.returncode != 0:
             raise WarmFailed(
                 f"the conversion exited with status {process.returncode}. "
-                f"Log tail:\n{_tail(log_path)}"
+                f"Log tail:\n{log_tail(log_path)}"
             )
         try:
             summary = json.loads(stdout.decode().strip().splitlines()[-1])
@@ -147,7 +203,8 @@ class WarmOutcome(NamedTuple):
     """What became of one session."""
 
     outcome: str
-    """``warmed``, ``already_warmed`` (the store had the marker) or ``skipped``."""
+    """``warmed`` (``rewarmed`` when it replaced caches of other hosts), ``already_warmed``
+    (the store had a current marker) or ``skipped``."""
     uploaded: int = 0
     """Cache files written to the store."""
 
@@ -175,49 +232,98 @@ class SessionWarmer:
         self._provisioner = provisioner
         self._clock = clock
         self._gate = asyncio.Semaphore(settings.warm_concurrency)
+        self._sessions = KeyedLocks()
 
     async def warm(self, session: ProfilerSession) -> WarmOutcome:
-        """Warm ``session`` if it wants it; report it prewarmed once its caches are stored.
+        """Warm ``session`` unless its stored caches are current; report it prewarmed once
+        they are stored.
 
         Raises :class:`WarmFailed` (or the store's error) when it could not; the caller
         logs and moves on, since the session still opens, only slower.
         """
         if not wants_warming(session):
             return WarmOutcome("skipped")
-        async with self._gate:
-            started = time.perf_counter()
-            bound = log.bind(run_id=session.run_id, session_id=session.session_id)
-            prefix = session_prefix(session.run_id, session.session_id)
-            if await self._marker_is_current(prefix):
-                outcome = WarmOutcome("already_warmed")
-            else:
-                outcome = await self._convert_and_upload(session, prefix)
-            await self._provisioner.sync_session(session.run_id, session.session_id)
-            await self._publisher.publish_many([self._report(session)])
-            elapsed = time.perf_counter() - started
-            WARMS.labels(outcome.outcome).inc()
-            WARM_SECONDS.observe(elapsed)
-            bound.info(
-                "xprof.warm.done",
-                outcome=outcome.outcome,
-                uploaded=outcome.uploaded,
-                duration_ms=round(elapsed * 1000, 1),
-            )
-            return outcome
+        # Two changes of one session in different batches must not convert side by side.
+        async with self._sessions.hold([f"{session.run_id}/{session.session_id}"]):
+            marker = await self._marker(session)
+            current = marker is not None and _is_current(marker, session, await _version())
+            if current and session.prewarmed:
+                return WarmOutcome("skipped")  # the registry's echo of our own report
+            async with self._gate:
+                return await self._warm(session, marker, current=current)
 
-    async def _marker_is_current(self, prefix: str) -> bool:
+    async def _warm(
+        self, session: ProfilerSession, marker: WarmMarker | None, *, current: bool
+    ) -> WarmOutcome:
+        started = time.perf_counter()
+        bound = log.bind(run_id=session.run_id, session_id=session.session_id)
+        prefix = session_prefix(session.run_id, session.session_id)
+        stale: set[str] = set()
+        if current:
+            outcome = WarmOutcome("already_warmed")
+        else:
+            stale = await self._delete_stale(session, prefix, marker)
+            outcome = await self._convert_and_upload(session, prefix)
+            if stale and outcome.outcome == "warmed":
+                outcome = WarmOutcome("rewarmed", outcome.uploaded)
+        # Instances that copied the old caches (or made their own from fewer hosts) get the
+        # new ones in their place.
+        await self._provisioner.sync_session(
+            session.run_id,
+            session.session_id,
+            replace=(lambda name: is_cache_file(name, marker)) if stale else None,
+        )
+        if outcome.outcome != "skipped":
+            await self._publisher.publish_many([self._report(session)])
+        elapsed = time.perf_counter() - started
+        WARMS.labels(outcome.outcome).inc()
+        WARM_SECONDS.observe(elapsed)
+        bound.info(
+            "xprof.warm.done",
+            outcome=outcome.outcome,
+            uploaded=outcome.uploaded,
+            deleted=len(stale),
+            hosts=sorted(warmed_hosts(session)),
+            duration_ms=round(elapsed * 1000, 1),
+        )
+        return outcome
+
+    async def _marker(self, session: ProfilerSession) -> WarmMarker | None:
         try:
-            marker = await self._store.get(prefix + CACHE_VERSION_FILE)
+            raw = await self._store.get(marker_key(session.run_id, session.session_id))
         except NotFound:
-            return False
-        current = await asyncio.to_thread(xprof_version)
-        return marker.decode(errors="replace").strip() == current
+            return None
+        try:
+            return WarmMarker.model_validate_json(raw)
+        except ValidationError:
+            return None  # unreadable: warm again, which rewrites it
+
+    async def _delete_stale(
+        self, session: ProfilerSession, prefix: str, marker: WarmMarker | None
+    ) -> set[str]:
+        """Delete the caches stored for the session before; returns their names.
+
+        Our marker first and XProf's next: from then on nothing vouches for a half-deleted
+        (or half-rewritten) set, so an instance copying meanwhile converts for itself.
+        """
+        await self._store.delete(marker_key(session.run_id, session.session_id))
+        names = {
+            key[len(prefix) :]
+            for key in await self._store.list(prefix)
+            if "/" not in key[len(prefix) :]
+        }
+        stale = {name for name in names if is_cache_file(name, marker)}
+        ordered = sorted(stale, key=lambda name: (name not in CACHE_MARKERS, name))
+        for name in ordered:
+            await self._store.delete(prefix + name)
+        return stale
 
     async def _convert_and_upload(self, session: ProfilerSession, prefix: str) -> WarmOutcome:
-        scratch = self._provisioner.work_dir / f"warm-{uuid.uuid4()}"
+        # A provisioner killed mid-warm leaves this behind; its successor removes it.
+        scratch = await asyncio.to_thread(owned_directory, self._provisioner.work_dir, "warm-")
         directory = scratch / session.session_id
         try:
-            downloaded = await self._download(session, prefix, scratch, directory)
+            downloaded = await self._download(session, prefix, directory)
             if not downloaded:
                 return WarmOutcome("skipped")
             limit = self._settings.warm_timeout_seconds
@@ -229,20 +335,13 @@ class SessionWarmer:
                     f"the conversion took longer than {limit:g} s and was killed"
                 ) from None
             log.debug("xprof.warm.converted", session_id=session.session_id, summary=summary)
-            uploaded = await self._upload(prefix, directory, downloaded)
+            uploaded = await self._upload(session, prefix, directory, downloaded)
             return WarmOutcome("warmed", uploaded)
         finally:
             await asyncio.to_thread(shutil.rmtree, scratch, ignore_errors=True)
 
-    async def _download(
-        self, session: ProfilerSession, prefix: str, scratch: Path, directory: Path
-    ) -> set[str]:
-        def prepare() -> None:
-            directory.mkdir(parents=True)
-            # A provisioner killed mid-warm leaves this behind; its successor removes it.
-            (scratch / OWNER_FILE).write_text(str(os.getpid()))
-
-        await asyncio.to_thread(prepare)
+    async def _download(self, session: ProfilerSession, prefix: str, directory: Path) -> set[str]:
+        await asyncio.to_thread(directory.mkdir)
         names: set[str] = set()
         for host in succeeded_hosts(session):
             name = host.host + XPLANE_SUFFIX
@@ -260,26 +359,37 @@ class SessionWarmer:
             names.add(name)
         return names
 
-    async def _upload(self, prefix: str, directory: Path, downloaded: set[str]) -> int:
+    async def _upload(
+        self, session: ProfilerSession, prefix: str, directory: Path, downloaded: set[str]
+    ) -> int:
         def produced() -> list[Path]:
             return sorted(
                 path
                 for path in directory.iterdir()
                 if path.is_file()
                 and path.name not in downloaded
-                and path.name != CACHE_VERSION_FILE
+                and path.name not in CACHE_MARKERS
                 and not path.name.startswith(".")
             )
 
         files = await asyncio.to_thread(produced)
-        marker = directory / CACHE_VERSION_FILE
-        if not marker.is_file():
-            raise WarmFailed("the conversion wrote no cache_version.txt")
-        # The marker last: a store that has it has every file it stands for.
-        for path in [*files, marker]:
+        version_file = directory / CACHE_VERSION_FILE
+        if not version_file.is_file():
+            raise WarmFailed(f"the conversion wrote no {CACHE_VERSION_FILE}")
+        # XProf's marker after the files it vouches for, ours after everything: a store
+        # that has ours has every file it lists.
+        uploaded = [*files, version_file]
+        for path in uploaded:
             data = await asyncio.to_thread(path.read_bytes)
             await self._store.put(prefix + path.name, data)
-        return len(files) + 1
+        marker = WarmMarker(
+            xprof=version_file.read_text().strip(),
+            hosts=warmed_hosts(session),
+            files=[path.name for path in uploaded],
+        )
+        key = marker_key(session.run_id, session.session_id)
+        await self._store.put(key, marker.model_dump_json().encode())
+        return len(uploaded)
 
     def _report(self, session: ProfilerSession) -> ProfilerSessionReported:
         """One SUCCEEDED host's part exactly as the registry has it, plus ``prewarmed``.
@@ -314,13 +424,9 @@ class SessionWarmer:
         )
 
 
-def _tail(path: Path) -> str:
-    try:
-        with path.open("rb") as file:
-            size = file.seek(0, os.SEEK_END)
-            file.seek(max(0, size - _LOG_TAIL_BYTES))
-            text = file.read().decode(errors="replace")
-    except OSError:
-        return "(no log)"
-    # XProf's C++ logs every conversion step at INFO; the error is among the last lines.
-    return "\n".join(text.splitlines()[-20:]) or "(empty log)"
+def _is_current(marker: WarmMarker, session: ProfilerSession, version: str) -> bool:
+    return marker.xprof == version and marker.hosts == warmed_hosts(session)
+
+
+async def _version() -> str:
+    return await asyncio.to_thread(xprof_version)

@@ -1,4 +1,6 @@
-"""Locks by name: one capture per target at a time, one run of a command at a time."""
+"""Locks by name that are dropped once nobody holds or awaits them, so that keys made of
+user input (hosts, commands, sessions) never pile up: one capture per target, one run of a
+command, one conversion per tool of a session at a time."""
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable
