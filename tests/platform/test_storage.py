@@ -76,3 +76,62 @@ def test_write_atomically_leaves_only_the_file(tmp_path: Path) -> None:
     assert target.read_bytes() == b"two"
     assert [p.name for p in target.parent.iterdir()] == ["b.xplane.pb"]
     assert storage._write_atomically is write_atomically  # the earlier name
+
+
+async def test_download_to_and_upload_from_stream_files(store: ObjectStore, tmp_path: Path) -> None:
+    # Past google-cloud-storage's 8 MiB multipart limit, so gs:// takes the resumable path.
+    data = os.urandom(9 * 1024 * 1024 + 7)
+    source = tmp_path / "local" / "host-a.xplane.pb"
+    source.parent.mkdir()
+    source.write_bytes(data)
+    key = "run-1/plugins/profile/s1/host-a.xplane.pb"
+
+    assert await store.upload_from(source, key) == len(data)
+    assert await store.size(key) == len(data)
+    target = tmp_path / "copy" / "deep" / "host-a.xplane.pb"
+    assert await store.download_to(key, target) == len(data)
+    assert target.read_bytes() == data
+    assert [p.name for p in target.parent.iterdir()] == ["host-a.xplane.pb"]
+
+    source.write_bytes(b"smaller")
+    assert await store.upload_from(source, key) == len(b"smaller")
+    assert await store.size(key) == len(b"smaller")
+    assert await store.download_to(key, target) == len(b"smaller")
+    assert target.read_bytes() == b"smaller"
+    assert await store.list("run-1/") == [key]
+
+
+async def test_download_to_and_size_of_a_missing_key(store: ObjectStore, tmp_path: Path) -> None:
+    target = tmp_path / "copy" / "missing.pb"
+    with pytest.raises(NotFound):
+        await store.download_to("run-1/missing.pb", target)
+    with pytest.raises(NotFound):
+        await store.size("run-1/missing.pb")
+    assert not target.parent.exists() or list(target.parent.iterdir()) == []
+
+
+async def test_a_failed_download_to_leaves_the_old_file_and_no_temporary(
+    store: ObjectStore, tmp_path: Path
+) -> None:
+    target = tmp_path / "copy" / "h.pb"
+    target.parent.mkdir()
+    target.write_bytes(b"old")
+    with pytest.raises(NotFound):
+        await store.download_to("run-1/missing.pb", target)
+    assert [p.name for p in target.parent.iterdir()] == ["h.pb"]
+    assert target.read_bytes() == b"old"
+
+
+@pytest.mark.parametrize("key", ["../escape", "/absolute", "", "dir/"])
+async def test_file_operations_keys_cannot_escape_the_root(
+    store: ObjectStore, tmp_path: Path, key: str
+) -> None:
+    local = tmp_path / "local.pb"
+    local.write_bytes(b"x")
+    with pytest.raises(InvalidArgument):
+        await store.upload_from(local, key)
+    with pytest.raises(InvalidArgument):
+        await store.download_to(key, tmp_path / "out.pb")
+    with pytest.raises(InvalidArgument):
+        await store.size(key)
+    assert not (tmp_path / "out.pb").exists()

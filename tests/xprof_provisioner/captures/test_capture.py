@@ -87,6 +87,9 @@ class BrokenStore(FileStore):
     async def put(self, key: str, data: bytes) -> None:  # noqa: ARG002  # it never stores
         raise OSError("bucket unreachable")
 
+    async def upload_from(self, path: Path, key: str) -> int:  # noqa: ARG002  # nor uploads
+        raise OSError("bucket unreachable")
+
 
 def _command(*targets: tuple[str, str], session_id: str = "ondemand-1") -> CaptureProfile:
     return CaptureProfile(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mldiag_platform.storage import FileStore, write_atomically
+from mldiag_platform.storage import FileStore
 from mldiag_xprof_provisioner.errors import (
     InstanceNotFound,
     InstanceNotRunning,
@@ -328,10 +328,10 @@ class OrderedStore(FileStore):
         super().__init__(root)
         self.read: list[str] = []
 
-    async def get(self, key: str) -> bytes:
-        data = await super().get(key)
+    async def download_to(self, key: str, path: Path) -> int:
+        size = await super().download_to(key, path)
         self.read.append(key.rsplit("/", 1)[-1])
-        return data
+        return size
 
 
 async def test_xprofs_cache_markers_are_copied_after_the_files_they_vouch_for(
@@ -354,24 +354,27 @@ async def test_xprofs_cache_markers_are_copied_after_the_files_they_vouch_for(
     assert store.read == ["h.xplane.pb", "cache_version.txt"]
 
 
-async def test_a_stop_mid_copy_waits_for_writes_and_leaves_nothing(
-    world: World, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    await world.store.put("run-1/plugins/profile/s1/h.xplane.pb", b"xplane")
+async def test_a_stop_mid_copy_waits_for_writes_and_leaves_nothing(world: World) -> None:
     entered, release = threading.Event(), threading.Event()
 
-    def slow_write(path: Path, data: bytes) -> None:
-        entered.set()
-        release.wait(5)
-        write_atomically(path, data)
+    class SlowStore(FileStore):
+        async def download_to(self, key: str, path: Path) -> int:
+            def slow() -> None:
+                entered.set()
+                release.wait(5)
 
-    monkeypatch.setattr(copies, "write_atomically", slow_write)
-    starting = asyncio.create_task(world.service.start(["run-1"]))
+            await asyncio.to_thread(slow)
+            return await super().download_to(key, path)
+
+    store = SlowStore(world.store.root)
+    await store.put("run-1/plugins/profile/s1/h.xplane.pb", b"xplane")
+    service = XProfProvisioner(world.settings, store, world.recorder, world.launcher, world.clock)
+    starting = asyncio.create_task(service.start(["run-1"]))
     await asyncio.to_thread(entered.wait, 5)
-    [instance] = await world.service.list_instances()
-    stopping = asyncio.create_task(world.service.stop(instance.instance_id))
+    [instance] = await service.list_instances()
+    stopping = asyncio.create_task(service.stop(instance.instance_id))
     await asyncio.sleep(0.05)
-    assert not stopping.done(), "the stop waits for the write in its thread"
+    assert not stopping.done(), "the stop waits for the download in its thread"
     release.set()
     stopped = await stopping
 

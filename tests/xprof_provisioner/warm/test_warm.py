@@ -49,6 +49,10 @@ class JournalStore(FileStore):
         self.journal.append(("put", key.rsplit("/", 1)[-1]))
         await super().put(key, data)
 
+    async def upload_from(self, path: Path, key: str) -> int:
+        self.journal.append(("put", key.rsplit("/", 1)[-1]))
+        return await super().upload_from(path, key)
+
     async def delete(self, key: str) -> None:
         if (await self.list(key)) == [key]:
             self.journal.append(("delete", key.rsplit("/", 1)[-1]))

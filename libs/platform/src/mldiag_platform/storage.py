@@ -8,7 +8,10 @@ calls run in a worker thread.
 
 import asyncio
 import os
+import shutil
 import uuid
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -35,6 +38,21 @@ class ObjectStore(Protocol):
 
     async def delete(self, key: str) -> None:
         """Remove ``key``; a missing key is not an error."""
+        ...
+
+    async def download_to(self, key: str, path: Path) -> int:
+        """Stream ``key`` into the local file ``path`` without holding it in memory; returns
+        its size in bytes. ``path`` is replaced atomically (see :func:`write_atomically`),
+        so it is never half written; raise :class:`NotFound` when ``key`` does not exist."""
+        ...
+
+    async def upload_from(self, path: Path, key: str) -> int:
+        """Stream the local file ``path`` to ``key``, replacing what was there; returns its
+        size in bytes."""
+        ...
+
+    async def size(self, key: str) -> int:
+        """The size of ``key`` in bytes; raise :class:`NotFound` when it does not exist."""
         ...
 
 
@@ -87,6 +105,33 @@ class FileStore:
         """Remove the file if present."""
         await asyncio.to_thread(self.path_of(key).unlink, True)
 
+    async def download_to(self, key: str, path: Path) -> int:
+        """Copy the file to ``path`` through a temporary name, or raise :class:`NotFound`."""
+        source = self.path_of(key)
+
+        def copy() -> int:
+            try:
+                return replace_atomically(path, partial(shutil.copyfile, source))
+            except FileNotFoundError:
+                if source.is_file():
+                    raise  # it was the destination that went missing
+                raise NotFound(f"object {key!r} not found") from None
+
+        return await asyncio.to_thread(copy)
+
+    async def upload_from(self, path: Path, key: str) -> int:
+        """Copy ``path`` in atomically: a reader never sees half an object."""
+        target = self.path_of(key)
+        return await asyncio.to_thread(replace_atomically, target, partial(shutil.copyfile, path))
+
+    async def size(self, key: str) -> int:
+        """The file's size, or raise :class:`NotFound`."""
+        try:
+            stat = await asyncio.to_thread(self.path_of(key).stat)
+        except FileNotFoundError:
+            raise NotFound(f"object {key!r} not found") from None
+        return stat.st_size
+
 
 def write_atomically(path: Path, data: bytes) -> None:
     """Write ``path`` through a temporary name beside it, so a reader never sees half a file.
@@ -95,14 +140,24 @@ def write_atomically(path: Path, data: bytes) -> None:
     threads may write one path at once) and ends in neither the file's suffix nor any other,
     so a scan meanwhile takes it for nothing it knows. Blocking: run it in a thread.
     """
+    replace_atomically(path, lambda temporary: temporary.write_bytes(data))
+
+
+def replace_atomically(path: Path, write: Callable[[Path], object]) -> int:
+    """Have ``write`` fill a temporary name beside ``path`` (named as in
+    :func:`write_atomically`), then rename it to ``path``; returns the size written. Nothing
+    is left behind when ``write`` fails. Blocking: run it in a thread.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".tmp-{path.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
-        temporary.write_bytes(data)
+        write(temporary)
+        size = temporary.stat().st_size
         temporary.replace(path)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+    return size
 
 
 _write_atomically = write_atomically  # the earlier private name, for existing callers
@@ -159,6 +214,39 @@ class GcsStore:
             await asyncio.to_thread(blob.delete)
         except GcsNotFound:
             return
+
+    async def download_to(self, key: str, path: Path) -> int:
+        """Download to ``path`` through a temporary name, or raise :class:`NotFound`."""
+        from google.api_core.exceptions import NotFound as GcsNotFound  # noqa: PLC0415
+
+        blob = self._bucket.blob(self._name(key))
+
+        def download(temporary: Path) -> None:
+            blob.download_to_filename(str(temporary))
+
+        try:
+            return await asyncio.to_thread(replace_atomically, path, download)
+        except GcsNotFound:
+            raise NotFound(f"object {key!r} not found") from None
+
+    async def upload_from(self, path: Path, key: str) -> int:
+        """Upload ``path`` (resumably, in chunks, once it is large)."""
+        blob = self._bucket.blob(self._name(key))
+
+        def upload() -> int:
+            size = path.stat().st_size
+            blob.upload_from_filename(str(path))
+            return size
+
+        return await asyncio.to_thread(upload)
+
+    async def size(self, key: str) -> int:
+        """The blob's size from its metadata, or raise :class:`NotFound`."""
+        name = self._name(key)
+        blob = await asyncio.to_thread(self._bucket.get_blob, name)
+        if blob is None:
+            raise NotFound(f"object {key!r} not found")
+        return int(blob.size)
 
 
 def _default_client(storage: Any) -> Any:

@@ -294,19 +294,18 @@ class CaptureRunner:
         return result.started_at
 
     async def _upload(self, command: CaptureProfile, hosts: list[_Host]) -> None:
-        # One file in memory at a time: a long trace with the python tracer on is large.
+        # Streamed from disk, one at a time: a long trace with the python tracer on is large.
         for host in hosts:
             if host.data_file is None:
                 continue
             key = session_prefix(command.run_id, command.session_id) + host.target.host
             key += XPLANE_SUFFIX
             try:
-                data = await asyncio.to_thread(host.data_file.read_bytes)
-                await self._store.put(key, data)
+                size = await self._store.upload_from(host.data_file, key)
             except Exception as exc:  # noqa: BLE001  # any storage failure is this outcome
                 host.fail(UPLOAD_FAILED, f"uploading the profile of {host.label} failed: {exc}")
             else:
-                host.key, host.size_bytes = key, len(data)
+                host.key, host.size_bytes = key, size
 
     async def _already_stored(self, command: CaptureProfile, hosts: list[_Host]) -> bool:
         """Whether every host's file is in the store already (a redelivery after a crash
@@ -317,7 +316,7 @@ class CaptureRunner:
         if not all(key in stored for key in keys):
             return False
         for host, key in zip(hosts, keys, strict=True):
-            host.key, host.size_bytes = key, len(await self._store.get(key))
+            host.key, host.size_bytes = key, await self._store.size(key)
         return True
 
     async def _recorded(

@@ -8,14 +8,15 @@ copy also keeps one instance from reading another's runs. A copy is
 """
 
 import asyncio
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 from pathlib import Path, PurePosixPath
 
 from prometheus_client import Counter
 
 from mldiag_platform.errors import NotFound
-from mldiag_platform.storage import ObjectStore, write_atomically
+from mldiag_platform.storage import ObjectStore
 from mldiag_schemas.profiling import XPLANE_SUFFIX, session_prefix
 from mldiag_xprof_provisioner.files import CACHE_MARKERS, OWNER_FILE, claim
 from mldiag_xprof_provisioner.instances.records import InstanceRecord
@@ -126,14 +127,19 @@ async def _copy_prefix(
     gate = asyncio.Semaphore(_DOWNLOAD_CONCURRENCY)
 
     async def fetch(key: str, target: Path) -> int:
+        size = -1  # stays so when nothing was copied
+
+        async def download() -> None:
+            nonlocal size
+            # Deleted between list and download: nothing to copy.
+            with contextlib.suppress(NotFound):
+                size = await store.download_to(key, target)
+
         async with gate:
-            try:
-                data = await store.get(key)
-            except NotFound:
-                return -1  # deleted between list and get: nothing to copy
-            if not await _write(record, partial(write_atomically, target, data)):
-                return -1  # the instance is going: its copy is being deleted
-            return len(data)
+            # Streamed straight into the copy (xplanes run to GBs), so the whole download
+            # is a write the teardown waits for; a closing instance gets none.
+            await _track(record, download)
+            return size
 
     # XProf trusts every cache file of a session that has its markers: they go last, once
     # the files they vouch for have landed (as the pre-warm uploads them).
@@ -148,14 +154,20 @@ async def _copy_prefix(
 
 async def _write(record: InstanceRecord, write: Callable[[], None]) -> bool:
     """Run ``write`` into the copy in a thread, unless the instance is closing; ``False``
-    when it was not run.
+    when it was not run."""
+    return await _track(record, partial(asyncio.to_thread, write))
 
-    A cancelled copy (a stop mid-start) does not wait for the thread, which cannot be
+
+async def _track(record: InstanceRecord, write: Callable[[], Awaitable[None]]) -> bool:
+    """Run the write into the copy that ``write`` starts, unless the instance is closing;
+    ``False`` when it was not run.
+
+    A cancelled copy (a stop mid-start) does not wait for the write, whose thread cannot be
     stopped; the teardown does (``record.writes``), so nothing lands after its delete.
     """
     if record.closing:
         return False
-    future = asyncio.ensure_future(asyncio.to_thread(write))
+    future = asyncio.ensure_future(write())
     record.writes.add(future)
     future.add_done_callback(record.writes.discard)
     await asyncio.shield(future)

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mldiag_platform.bus import MessagePublisher
 from mldiag_platform.errors import NotFound
-from mldiag_platform.storage import ObjectStore, write_atomically
+from mldiag_platform.storage import ObjectStore
 from mldiag_schemas.profiling import (
     XPLANE_SUFFIX,
     ProfilerSession,
@@ -346,7 +346,7 @@ class SessionWarmer:
         for host in succeeded_hosts(session):
             name = host.host + XPLANE_SUFFIX
             try:
-                data = await self._store.get(prefix + name)
+                await self._store.download_to(prefix + name, directory / name)
             except NotFound:
                 log.warning(
                     "xprof.warm.xplane_missing",
@@ -355,7 +355,6 @@ class SessionWarmer:
                     host=host.host,
                 )
                 continue
-            await asyncio.to_thread(write_atomically, directory / name, data)
             names.add(name)
         return names
 
@@ -380,8 +379,7 @@ class SessionWarmer:
         # that has ours has every file it lists.
         uploaded = [*files, version_file]
         for path in uploaded:
-            data = await asyncio.to_thread(path.read_bytes)
-            await self._store.put(prefix + path.name, data)
+            await self._store.upload_from(path, prefix + path.name)
         marker = WarmMarker(
             xprof=version_file.read_text().strip(),
             hosts=warmed_hosts(session),
