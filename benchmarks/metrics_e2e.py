@@ -25,27 +25,25 @@ PostgreSQL. The event-detector is not started: it is not on the storage path.
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
 import multiprocessing
 import os
 import secrets
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
 import httpx
 import structlog
+from _support import emit, free_port, process, wait_http
 
 from mldiag_platform.database import create_pool
 from mldiag_platform.settings import DatabaseSettings
@@ -64,45 +62,9 @@ METRICS = 10
 SCHEMA = "bench_registry"
 
 
-def _emit(line: str = "") -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
-
-
 def _auth() -> dict[str, str]:
     """The benchmark's admin token (set by ``main``, inherited by the client processes)."""
     return {"Authorization": f"Bearer {os.environ['MLDIAG_BENCH_TOKEN']}"}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _wait_http(url: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} did not become healthy")
-
-
-@contextlib.contextmanager
-def _process(args: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, env={**os.environ, **env}, stdout=out, stderr=out)
-        try:
-            yield proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -309,7 +271,7 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
     await admin.execute(f'CREATE DATABASE "{mlflow_db}"')
     server_base = SERVER.rpartition("/")[0]
     db = f"{server_base}/{db_name}"
-    api_port, ingest_port, mlflow_port = _free_port(), _free_port(), _free_port()
+    api_port, ingest_port, mlflow_port = free_port(), free_port(), free_port()
     env = {
         "MLDIAG_NATS_URL": NATS,
         "MLDIAG_NATS_NAMESPACE": f"bench{tag}",
@@ -323,22 +285,22 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
         ),
     }
     api, ingestion = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{ingest_port}"
-    _emit(
+    emit(
         f"# mldiag metrics benchmark {datetime.now(UTC):%Y-%m-%d %H:%M}Z, {os.cpu_count()} CPUs,"
         f" PostgreSQL {SERVER}, NATS {NATS}"
     )
-    _emit(
+    emit(
         "# command: .venv/bin/python benchmarks/metrics_e2e.py"
         f" --points {args.points} --clients {args.clients} --mlflow-points {args.mlflow_points}"
         f" --read-points {args.read_points}" + (" --skip-mlflow" if args.skip_mlflow else "")
     )
     try:
         with (
-            _process([PYTHON, "-m", "mldiag_run_registry"], env, tmp / "registry.log") as registry,
-            _process([PYTHON, "-m", "mldiag_ingestion"], env, tmp / "ingestion.log") as ingester,
+            process([PYTHON, "-m", "mldiag_run_registry"], env, tmp / "registry.log") as registry,
+            process([PYTHON, "-m", "mldiag_ingestion"], env, tmp / "ingestion.log") as ingester,
         ):
-            _wait_http(f"{api}/healthz")
-            _wait_http(f"{ingestion}/healthz")
+            wait_http(f"{api}/healthz")
+            wait_http(f"{ingestion}/healthz")
             run_id = f"bench-{tag}"
             _create_run(api, run_id)
             cpu = [_cpu_seconds(p.pid) for p in (ingester, registry)]
@@ -358,9 +320,9 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
                     "--host", "127.0.0.1", "--port", str(mlflow_port),
                     "--artifacts-destination", str(tmp / "mlflow-artifacts"),
                 ]  # fmt: skip
-                with _process(mlflow_cmd, {}, tmp / "mlflow.log"):
+                with process(mlflow_cmd, {}, tmp / "mlflow.log"):
                     uri = f"http://127.0.0.1:{mlflow_port}"
-                    _wait_http(f"{uri}/health", timeout=120)
+                    wait_http(f"{uri}/health", timeout=120)
                     mlflow_s, mlflow_run = _mlflow(
                         python, uri, args.mlflow_points, args.clients, tmp
                     )
@@ -369,21 +331,21 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
                     mlflow_read = subprocess.run(
                         [*reader, mlflow_run, "3"], check=True, capture_output=True, text=True
                     ).stdout.split()
-            _emit()
-            _emit(f"## ingest ({args.clients} client processes, counted when committed)")
-            _emit(f"{'path':<56}{'points':>11}{'seconds':>9}{'points/s':>12}")
+            emit()
+            emit(f"## ingest ({args.clients} client processes, counted when committed)")
+            emit(f"{'path':<56}{'points':>11}{'seconds':>9}{'points/s':>12}")
             rates = {}
             for label, count, seconds in rows:
                 rates[label] = count / seconds
-                _emit(f"{label:<56}{count:>11,}{seconds:>9.2f}{count / seconds:>12,.0f}")
+                emit(f"{label:<56}{count:>11,}{seconds:>9.2f}{count / seconds:>12,.0f}")
             mldiag_rate = args.points / mldiag_s
-            _emit(f"mldiag / raw COPY: {mldiag_rate / (args.points / copy_s):.0%}")
-            _emit(
+            emit(f"mldiag / raw COPY: {mldiag_rate / (args.points / copy_s):.0%}")
+            emit(
                 f"CPU seconds during the mldiag ingest: ingestion {cpu[0]:.1f},"
                 f" run-registry {cpu[1]:.1f} (wall {mldiag_s:.1f}, {os.cpu_count()} CPUs)"
             )
             if not args.skip_mlflow:
-                _emit(f"mldiag / MLflow: {mldiag_rate / (args.mlflow_points / mlflow_s):.1f}x")
+                emit(f"mldiag / MLflow: {mldiag_rate / (args.mlflow_points / mlflow_s):.1f}x")
 
             read_run, same_run, latest_run = f"read-{tag}", f"same-{tag}", f"latest-{tag}"
             for name in (read_run, same_run, latest_run):
@@ -407,19 +369,19 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
                 _median_ms(http, latest_url, 5)
                 latest = _median_ms(http, latest_url, 51)
                 count = len(http.get(latest_url).json()["values"])
-            _emit()
-            _emit("## reads (HTTP to the registry, median of 51)")
-            _emit(f"{'query':<64}{'ms':>10}")
-            _emit(f"{f'mldiag: {args.read_points:,}-point series → 1000 buckets':<64}{down:>10.1f}")
-            _emit(f"{f'mldiag: latest value of {count} metrics':<64}{latest:>10.1f}")
-            _emit(f"{'mldiag: first raw page (10,000 points) of that series':<64}{page:>10.1f}")
-            _emit(
+            emit()
+            emit("## reads (HTTP to the registry, median of 51)")
+            emit(f"{'query':<64}{'ms':>10}")
+            emit(f"{f'mldiag: {args.read_points:,}-point series → 1000 buckets':<64}{down:>10.1f}")
+            emit(f"{f'mldiag: latest value of {count} metrics':<64}{latest:>10.1f}")
+            emit(f"{'mldiag: first raw page (10,000 points) of that series':<64}{page:>10.1f}")
+            emit(
                 f"{f'mldiag: {args.mlflow_points:,}-point series → 1000 buckets':<64}{same:>10.1f}"
             )
             if not args.skip_mlflow:
                 seconds, points = float(mlflow_read[0]), int(mlflow_read[1])
                 label = f"MLflow: get_metric_history, {points:,} points (median of 3)"
-                _emit(f"{label:<64}{seconds * 1000:>10.1f}")
+                emit(f"{label:<64}{seconds * 1000:>10.1f}")
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
         await admin.execute(f'DROP DATABASE IF EXISTS "{mlflow_db}" WITH (FORCE)')

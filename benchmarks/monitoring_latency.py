@@ -29,14 +29,11 @@ import math
 import os
 import random
 import secrets
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -44,49 +41,15 @@ from typing import Any
 import asyncpg
 import httpx
 import structlog
+from _support import emit, free_port, process, wait_http
 
 PYTHON = sys.executable
 NATS = os.environ.get("MLDIAG_BENCH_NATS_URL", "nats://127.0.0.1:4222")
 SERVER = os.environ.get(
     "MLDIAG_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
+
 HANG_FLOOR = 3.0
-
-
-def _emit(line: str = "") -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _wait_http(url: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} did not become healthy")
-
-
-@contextlib.contextmanager
-def _process(args: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, env={**os.environ, **env}, stdout=out, stderr=out)
-        try:
-            yield proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 def _percentiles(samples: list[float]) -> str:
@@ -314,7 +277,7 @@ def main() -> None:
     asyncio.run(_admin(f'CREATE DATABASE "{db_name}"'))
     db = f"{SERVER.rpartition('/')[0]}/{db_name}"
     token = "mldiag_" + secrets.token_urlsafe(32)
-    ports = {name: _free_port() for name in ("api", "ingestion", "detector", "analyzer")}
+    ports = {name: free_port() for name in ("api", "ingestion", "detector", "analyzer")}
     env = {
         "MLDIAG_NATS_URL": NATS,
         "MLDIAG_NATS_NAMESPACE": f"bench{tag}",
@@ -323,12 +286,12 @@ def main() -> None:
         "MLDIAG_RUN_REGISTRY_PORT": str(ports["api"]),
         "MLDIAG_RUN_REGISTRY_BOOTSTRAP_ADMIN_TOKEN": token,
         "MLDIAG_INGESTION_PORT": str(ports["ingestion"]),
-        "MLDIAG_INGESTION_OTLP_GRPC_PORT": str(_free_port()),
-        "MLDIAG_INGESTION_OTLP_HTTP_PORT": str(_free_port()),
+        "MLDIAG_INGESTION_OTLP_GRPC_PORT": str(free_port()),
+        "MLDIAG_INGESTION_OTLP_HTTP_PORT": str(free_port()),
         "MLDIAG_EVENT_DETECTOR_PORT": str(ports["detector"]),
         "MLDIAG_ANALYZER_PORT": str(ports["analyzer"]),
     }
-    _emit(
+    emit(
         f"# mldiag monitoring latency {datetime.now(UTC):%Y-%m-%d %H:%M}Z, {os.cpu_count()} CPUs,"
         f" PostgreSQL {SERVER}, NATS {NATS}"
     )
@@ -340,9 +303,9 @@ def main() -> None:
                 ("detector", "mldiag_event_detector"),
                 ("analyzer", "mldiag_analyzer"),
             ):
-                stack.enter_context(_process([PYTHON, "-m", module], env, tmp / f"{name}.log"))
+                stack.enter_context(process([PYTHON, "-m", module], env, tmp / f"{name}.log"))
             for port in ports.values():
-                _wait_http(f"http://127.0.0.1:{port}/healthz")
+                wait_http(f"http://127.0.0.1:{port}/healthz")
             platform = Platform(
                 f"http://127.0.0.1:{ports['api']}",
                 f"http://127.0.0.1:{ports['ingestion']}",
@@ -351,20 +314,20 @@ def main() -> None:
             platform.set_project_rules({"hang": {"thresholds": {"floorSeconds": HANG_FLOOR}}})
             time.sleep(0.5)
             events, analyses, unanalysed = _injections(platform, args.injections)
-            _emit("\n## anomaly published → event readable in the API (goal p95 ≤ 2 s)")
-            _emit(f"  {_percentiles([e for kind in events.values() for e in kind])}")
+            emit("\n## anomaly published → event readable in the API (goal p95 ≤ 2 s)")
+            emit(f"  {_percentiles([e for kind in events.values() for e in kind])}")
             for kind, latencies in events.items():
-                _emit(f"    {kind:<10} {_percentiles(latencies)}")
-            _emit("\n## event readable → its analysis merged in (goal ≤ 5 s)")
-            _emit(f"  {_percentiles(analyses)}   without analysis after 30 s: {unanalysed}")
+                emit(f"    {kind:<10} {_percentiles(latencies)}")
+            emit("\n## event readable → its analysis merged in (goal ≤ 5 s)")
+            emit(f"  {_percentiles(analyses)}   without analysis after 30 s: {unanalysed}")
             late = _hangs(platform, args.hangs)
-            _emit(f"\n## hang reported after its {HANG_FLOOR:.0f} s timeout (goal ≤ 2 s late)")
-            _emit(f"  {_percentiles(late)}")
+            emit(f"\n## hang reported after its {HANG_FLOOR:.0f} s timeout (goal ≤ 2 s late)")
+            emit(f"  {_percentiles(late)}")
             count, opened = _quiet(platform, args.quiet, random.Random(7))  # noqa: S311  # noise, not secrets
-            _emit(f"\n## quiet runs: {args.quiet} x 3 hosts x 200 steps")
-            _emit(f"  false positives: {count}")
+            emit(f"\n## quiet runs: {args.quiet} x 3 hosts x 200 steps")
+            emit(f"  false positives: {count}")
             for line in opened:
-                _emit(f"    {line}")
+                emit(f"    {line}")
     finally:
         asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)'))
 

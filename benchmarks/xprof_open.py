@@ -27,7 +27,6 @@ import contextlib
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import structlog
+from _support import emit, free_port
 
 from mldiag_platform.auth import open_token_directory, secret_hash
 from mldiag_platform.bus import connect_bus
@@ -61,18 +61,6 @@ SESSION = "bench-session"
 COLD_SESSION = "bench-session-cold"
 HOST = "bench-host"
 MB = 1024 * 1024
-
-
-def _emit(line: str = "") -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _rss_mb(pid: int) -> float:
@@ -128,7 +116,7 @@ def make_xplane(work: Path, min_bytes: int) -> bytes:
         )
         [path] = (logdir / "plugins" / "profile" / "trace").glob("*.xplane.pb")
         size = path.stat().st_size
-        _emit(
+        emit(
             f"  traced {seconds:5.2f} s -> xplane {size / MB:6.1f} MB"
             f" ({time.perf_counter() - started:.1f} s with JAX start and stop_trace)"
         )
@@ -149,7 +137,7 @@ def stock_xprof(work: Path, xplane: bytes) -> dict[str, float]:
     session_dir = logdir / RUN / "plugins" / "profile" / SESSION
     session_dir.mkdir(parents=True)
     (session_dir / f"{HOST}.xplane.pb").write_bytes(xplane)
-    port, grpc_port = _free_port(), _free_port()
+    port, grpc_port = free_port(), free_port()
     base = f"http://127.0.0.1:{port}/data/plugin/profile"
     log = (work / "stock-xprof.log").open("wb")
     started = time.perf_counter()
@@ -209,7 +197,7 @@ def _nats(work: Path) -> Iterator[str]:
         return
     from mldiag.local.nats import EmbeddedNats  # noqa: PLC0415
 
-    server = EmbeddedNats(work / "nats", port=_free_port(), monitor_port=_free_port())
+    server = EmbeddedNats(work / "nats", port=free_port(), monitor_port=free_port())
     server.start()
     try:
         yield server.url
@@ -264,7 +252,7 @@ def mldiag(work: Path, xplane: bytes, nats_url: str) -> dict[str, float]:
         asyncio.run(store.put(f"{session_prefix(RUN, session)}{HOST}.xplane.pb", xplane))
     nats = NatsSettings(url=nats_url, namespace=f"bench{uuid.uuid4().hex[:8]}")
     tokens = asyncio.run(_grant(nats))
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "MLDIAG_XPROF_PROVISIONER_PORT": str(port),
@@ -374,44 +362,44 @@ def main() -> None:
     work = args.keep or Path(tempfile.mkdtemp(prefix="mldiag-bench-xprof-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        _emit(f"xprof_open: {os.cpu_count()} CPUs, work dir {work}")
-        _emit("0. workload (JAX on CPU, python tracer on)")
+        emit(f"xprof_open: {os.cpu_count()} CPUs, work dir {work}")
+        emit("0. workload (JAX on CPU, python tracer on)")
         xplane = make_xplane(work, int(args.min_mb * MB))
-        _emit(f"   xplane: {len(xplane) / MB:.1f} MB")
-        _emit("(a) stock XProf, cold")
+        emit(f"   xplane: {len(xplane) / MB:.1f} MB")
+        emit("(a) stock XProf, cold")
         stock = stock_xprof(work, xplane)
-        _emit(f"   start -> ready            {stock['start_to_ready']:7.2f} s")
-        _emit(f"   ready -> first trace data {stock['ready_to_data']:7.2f} s")
-        _emit(f"   start -> first trace data {stock['start_to_data']:7.2f} s")
-        _emit(
+        emit(f"   start -> ready            {stock['start_to_ready']:7.2f} s")
+        emit(f"   ready -> first trace data {stock['ready_to_data']:7.2f} s")
+        emit(f"   start -> first trace data {stock['start_to_data']:7.2f} s")
+        emit(
             f"   RSS idle {stock['rss_idle_mb']:.0f} MB, after the trace"
             f" {stock['rss_after_mb']:.0f} MB (answer {stock['answer_mb']:.1f} MB)"
         )
-        _emit("(b) mldiag: pre-warmed on the bus, through the proxy")
+        emit("(b) mldiag: pre-warmed on the bus, through the proxy")
         with _nats(work) as nats_url:
             ours = mldiag(work, xplane, nats_url)
-        _emit(f"   pre-warm (announce -> caches stored)       {ours['warm']:7.2f} s")
-        _emit(f"   instance start (request -> RUNNING)        {ours['instance_start']:7.2f} s")
-        _emit(f"   first trace data, pre-warmed, running      {ours['warm_data']:7.2f} s")
-        _emit(f"   second trace data, same                    {ours['warm_again']:7.2f} s")
-        _emit(f"   first trace data, NOT pre-warmed, running  {ours['cold_proxied']:7.2f} s")
-        _emit(f"   open link -> redirect (instance on demand) {ours['link_to_redirect']:7.2f} s")
-        _emit(f"   open link -> first trace data              {ours['link_to_data']:7.2f} s")
-        _emit(
+        emit(f"   pre-warm (announce -> caches stored)       {ours['warm']:7.2f} s")
+        emit(f"   instance start (request -> RUNNING)        {ours['instance_start']:7.2f} s")
+        emit(f"   first trace data, pre-warmed, running      {ours['warm_data']:7.2f} s")
+        emit(f"   second trace data, same                    {ours['warm_again']:7.2f} s")
+        emit(f"   first trace data, NOT pre-warmed, running  {ours['cold_proxied']:7.2f} s")
+        emit(f"   open link -> redirect (instance on demand) {ours['link_to_redirect']:7.2f} s")
+        emit(f"   open link -> first trace data              {ours['link_to_data']:7.2f} s")
+        emit(
             f"   instance RSS idle {ours['rss_idle_mb']:.0f} MB, after the pre-warmed trace"
             f" {ours['rss_after_warm_mb']:.0f} MB, after the not pre-warmed one"
             f" {ours['rss_after_cold_mb']:.0f} MB (answer {ours['answer_mb']:.1f} MB)"
         )
-        _emit("speed-up (first trace data)")
-        _emit(
+        emit("speed-up (first trace data)")
+        emit(
             f"   pre-warmed + running vs stock cold (ready -> data): "
             f"{stock['ready_to_data'] / ours['warm_data']:5.1f}x  (goal >= 5x)"
         )
-        _emit(
+        emit(
             f"   open link on demand vs stock cold (start -> data):  "
             f"{stock['start_to_data'] / ours['link_to_data']:5.1f}x"
         )
-        _emit(
+        emit(
             f"   proxy alone, not pre-warmed vs stock cold:          "
             f"{stock['ready_to_data'] / ours['cold_proxied']:5.1f}x"
         )
