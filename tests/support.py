@@ -38,15 +38,19 @@ class StaticTokens:
         """An ``Authorization`` header for ``role``."""
         return {"Authorization": f"Bearer {self.secrets[role]}"}
 
-    async def authorize(self, authorization: str | None, permission: Permission) -> Principal:
-        """Like the real directory: 401 for an unknown secret, 403 for a missing permission."""
+    async def identify(self, authorization: str | None) -> Principal:
+        """Like the real directory: 401 for an unknown secret."""
         secret = secret_from_authorization(authorization)
         for role, known in self.secrets.items():
             if secret == known:
-                principal = Principal(f"static-{role.value}", role)
-                principal.require(permission)
-                return principal
+                return Principal(f"static-{role.value}", role)
         raise Unauthenticated("the API token is not valid (unknown or revoked)")
+
+    async def authorize(self, authorization: str | None, permission: Permission) -> Principal:
+        """Like the real directory: 401 for an unknown secret, 403 for a missing permission."""
+        principal = await self.identify(authorization)
+        principal.require(permission)
+        return principal
 
 
 def with_credentials(base_url: str, secret: str) -> str:

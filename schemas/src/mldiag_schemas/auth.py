@@ -6,10 +6,12 @@ Permissions are modelled on Google ML Diagnostics' IAM permissions
 
 import enum
 from datetime import datetime
+from typing import Literal
 
 from pydantic import Field
 
 from mldiag_schemas.base import Contract
+from mldiag_schemas.sharing import ShareLink
 
 
 class Permission(enum.StrEnum):
@@ -38,6 +40,9 @@ class Permission(enum.StrEnum):
     TOKENS_CREATE = "apiTokens.create"
     TOKENS_LIST = "apiTokens.list"
     TOKENS_DELETE = "apiTokens.delete"
+    SHARE_LINKS_CREATE = "shareLinks.create"
+    SHARE_LINKS_LIST = "shareLinks.list"
+    SHARE_LINKS_DELETE = "shareLinks.delete"
 
 
 class Role(enum.StrEnum):
@@ -80,6 +85,10 @@ _EDITOR = _VIEWER | {
     Permission.OPERATIONS_CANCEL,
     Permission.OPERATIONS_DELETE,
     Permission.XPROF_DELETE,
+    # Sharing hands out read access to one resource, so it takes more than reading.
+    Permission.SHARE_LINKS_CREATE,
+    Permission.SHARE_LINKS_LIST,
+    Permission.SHARE_LINKS_DELETE,
 }
 _ADMIN = _EDITOR | {Permission.TOKENS_CREATE, Permission.TOKENS_LIST, Permission.TOKENS_DELETE}
 
@@ -143,3 +152,21 @@ class TokenGrant(Contract):
     token_id: str
     role: Role
     expire_time: datetime | None = None
+
+
+SHARED_ROLE = "shared"
+"""The role a caller holding a share link has: it reads one resource, nothing else."""
+
+
+class Caller(Contract):
+    """Answer of ``GET /v1/caller``: who the caller is and what it may do, so a client offers
+    only what will work."""
+
+    token_id: str = Field(description="The API token's id, or the share link's.")
+    role: Literal["viewer", "editor", "admin", "shared"] = Field(
+        description="The token's role, or `shared` for a share link."
+    )
+    permissions: list[str] = Field(description="Every permission the caller holds.")
+    share: ShareLink | None = Field(
+        default=None, description="For a share link: what it opens, and until when."
+    )

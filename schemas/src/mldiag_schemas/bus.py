@@ -103,6 +103,9 @@ PROFILER_SESSION_CHANGED = "profiling.session.changed"
 """Subject prefix of :class:`~mldiag_schemas.profiling.ProfilerSessionChanged`."""
 XPROF_INSTANCE_CHANGED = "profiling.instance.changed"
 """Subject prefix of :class:`~mldiag_schemas.profiling.XProfInstanceChanged`."""
+CONSOLE_UPDATED = "console.updated"
+"""Subject prefix of :class:`~mldiag_schemas.sharing.RunUpdate`: core NATS only, in no stream
+(hints for live pages, not facts to keep)."""
 DEADLETTER_PREFIX = "deadletter"
 """Dead-lettered messages are republished under ``deadletter.<original subject>``."""
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from mldiag_schemas import bus
 from mldiag_schemas.analyses import ListAnalysesResponse
-from mldiag_schemas.auth import CreatedToken, CreateTokenRequest, ListTokensResponse
+from mldiag_schemas.auth import Caller, CreatedToken, CreateTokenRequest, ListTokensResponse
 from mldiag_schemas.errors import ErrorBody
 from mldiag_schemas.events import ListEventsResponse, WorkloadEvent
 from mldiag_schemas.goodput import GoodputResponse
@@ -40,6 +40,12 @@ from mldiag_schemas.runs import (
     SelfHostedRun,
     SelfHostedRunRequest,
     UpdateRunRequest,
+)
+from mldiag_schemas.sharing import (
+    CreatedShareLink,
+    CreateShareLinkRequest,
+    ListShareLinksResponse,
+    RunUpdate,
 )
 from mldiag_schemas.telemetry import (
     CompareMetricsResponse,
@@ -92,6 +98,11 @@ RESOURCE_TYPES: tuple[type[BaseModel], ...] = (
     CreateTokenRequest,
     CreatedToken,
     ListTokensResponse,
+    Caller,
+    CreateShareLinkRequest,
+    CreatedShareLink,
+    ListShareLinksResponse,
+    RunUpdate,
     ErrorBody,
 )
 """HTTP request and response bodies."""

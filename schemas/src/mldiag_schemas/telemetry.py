@@ -352,7 +352,8 @@ class MetricBucket(Contract):
 
     ``min``, ``max`` and ``mean`` cover the non-NaN values (±Inf included, so an overflow
     shows); they are null when every point is NaN. ``nanCount`` says how many were NaN.
-    ``last`` is the value at the highest step in the bucket, NaN or not.
+    ``last`` is the value at the highest step in the bucket, NaN or not; ``lastTime`` is
+    when it was recorded (only when the read asked for ``withTimes``).
     """
 
     start_step: int = Field(description="First step the bucket covers.")
@@ -365,6 +366,13 @@ class MetricBucket(Contract):
     max: float | None = Field(description="Largest non-NaN value.")
     mean: float | None = Field(description="Mean of the non-NaN values.")
     last: float = Field(description="Value at `lastStep`.")
+    last_time: datetime | None = Field(
+        default=None,
+        description=(
+            "When the point at `lastStep` was recorded (merged lines: of any series with a"
+            " point there). Null unless the read asked for `withTimes=true`."
+        ),
+    )
 
 
 class DownsampledSeries(Contract):
@@ -379,6 +387,18 @@ class DownsampledSeries(Contract):
     buckets: list[MetricBucket] = Field(description="Buckets in step order; empty ones left out.")
 
 
+_RANGE_START = (
+    "First step of the range the buckets cover: `startStep`, raised to the lowest step"
+    " recorded (edge buckets may reach past it); null when the metric has no points or the"
+    " range misses them."
+)
+_RANGE_END = (
+    "Last step of the range the buckets cover: `endStep`, lowered to the highest step"
+    " recorded (edge buckets may reach past it); null when the metric has no points or the"
+    " range misses them."
+)
+
+
 class DownsampleMetricResponse(Contract):
     """A metric downsampled to at most the requested number of step buckets per line."""
 
@@ -386,6 +406,8 @@ class DownsampleMetricResponse(Contract):
     bucket_width: int = Field(description="Steps per bucket (a multiple of the source's).")
     source: str = Field(description="`raw` or the rollup read, e.g. `rollup:256`.")
     group_by: GroupBy = Field(description="How lines are split.")
+    start_step: int | None = Field(default=None, description=_RANGE_START)
+    end_step: int | None = Field(default=None, description=_RANGE_END)
     series: list[DownsampledSeries] = Field(description="The lines.")
 
 
@@ -415,6 +437,8 @@ class CompareMetricsResponse(Contract):
     bucket_width: int = Field(description="Steps per bucket, the same for every run.")
     source: str = Field(description="`raw` or the rollup read.")
     group_by: GroupBy = Field(description="How lines are split within a run.")
+    start_step: int | None = Field(default=None, description=_RANGE_START)
+    end_step: int | None = Field(default=None, description=_RANGE_END)
     series: list[DownsampledSeries] = Field(description="The lines, run by run.")
 
 

@@ -64,24 +64,53 @@ def secret_from_authorization(header: str | None) -> str | None:
     raise Unauthenticated(f"unsupported Authorization scheme {scheme!r}: use Bearer or Basic")
 
 
+class Scope(Protocol):
+    """What a caller restricted to part of the API (a share link) may reach."""
+
+    @property
+    def permissions(self) -> frozenset[Permission]:
+        """The permissions the caller holds, whatever its role."""
+        ...
+
+    def admit(self, permission: Permission, request: Request) -> None:
+        """Raise ``permission_denied`` unless ``request`` stays inside the scope."""
+        ...
+
+
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: a token and its role."""
+    """Who is calling: a token and its role, and for a share link the scope it is held to."""
 
     token_id: str
     role: Role
+    scope: Scope | None = None
+
+    @property
+    def permissions(self) -> frozenset[Permission]:
+        """Every permission the caller holds."""
+        return self.scope.permissions if self.scope is not None else self.role.permissions
 
     def require(self, permission: Permission) -> None:
-        """Raise ``permission_denied`` unless this caller's role grants ``permission``."""
-        if permission not in self.role.permissions:
+        """Raise ``permission_denied`` unless this caller holds ``permission``."""
+        if permission in self.permissions:
+            return
+        if self.scope is not None:
             raise PermissionDenied(
-                f"the {self.role.value} role does not grant {permission.value}",
-                details=[{"permission": permission.value, "role": self.role.value}],
+                f"a share link does not grant {permission.value}",
+                details=[{"permission": permission.value, "role": "shared"}],
             )
+        raise PermissionDenied(
+            f"the {self.role.value} role does not grant {permission.value}",
+            details=[{"permission": permission.value, "role": self.role.value}],
+        )
 
 
 class Authorizer(Protocol):
     """What a route's permission check needs from ``app.state.tokens``."""
+
+    async def identify(self, authorization: str | None) -> Principal:
+        """The caller behind an ``Authorization`` header, or ``unauthenticated``."""
+        ...
 
     async def authorize(self, authorization: str | None, permission: Permission) -> Principal:
         """The caller behind an ``Authorization`` header, if it holds ``permission``."""
@@ -111,9 +140,13 @@ class TokenDirectory:
             raise Unauthenticated(f"the API token expired at {grant.expire_time.isoformat()}")
         return Principal(grant.token_id, grant.role)
 
+    async def identify(self, authorization: str | None) -> Principal:
+        """Authenticate an ``Authorization`` header."""
+        return await self.authenticate(secret_from_authorization(authorization))
+
     async def authorize(self, authorization: str | None, permission: Permission) -> Principal:
         """Authenticate an ``Authorization`` header and check that it grants ``permission``."""
-        principal = await self.authenticate(secret_from_authorization(authorization))
+        principal = await self.identify(authorization)
         principal.require(permission)
         return principal
 
@@ -207,7 +240,8 @@ async def open_token_directory(
 
 
 def requires(permission: Permission) -> Any:
-    """A FastAPI dependency that lets a request through only with ``permission``.
+    """A FastAPI dependency that lets a request through only with ``permission`` (and, for a
+    caller held to a scope, only inside it).
 
     The directory is ``app.state.tokens``. The returned dependency carries the permission
     as ``.permission`` so tests (and docs) can read what each route demands.
@@ -215,7 +249,24 @@ def requires(permission: Permission) -> Any:
 
     async def authorize(request: Request) -> Principal:
         directory: Authorizer = request.app.state.tokens
-        return await directory.authorize(request.headers.get("authorization"), permission)
+        principal = await directory.authorize(request.headers.get("authorization"), permission)
+        if principal.scope is not None:
+            principal.scope.admit(permission, request)
+        return principal
 
     authorize.permission = permission  # type: ignore[attr-defined]
     return Depends(authorize)
+
+
+async def _identify(request: Request) -> Principal:
+    directory: Authorizer = request.app.state.tokens
+    return await directory.identify(request.headers.get("authorization"))
+
+
+_identify.any_caller = True  # type: ignore[attr-defined]  # what tests read, like .permission
+
+
+def authenticated() -> Any:
+    """A FastAPI dependency that lets any authenticated caller through and yields who it is
+    (for routes about the caller itself, like ``GET /v1/caller``)."""
+    return Depends(_identify)

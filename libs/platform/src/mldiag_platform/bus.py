@@ -20,6 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import structlog
 from faststream.nats import NatsBroker
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
@@ -27,6 +28,7 @@ from prometheus_client import Counter, Histogram
 
 from mldiag_platform.errors import MldiagError
 from mldiag_platform.settings import NatsSettings
+from mldiag_schemas.base import Contract
 from mldiag_schemas.bus import ALL_STREAMS, DEADLETTER_PREFIX, Namespace, StreamSpec, stream_of
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.messages import SUBJECT_OF, parse_message
@@ -408,6 +410,29 @@ class Bus:
     async def healthy(self) -> bool:
         """Health check: the connection answers a ping within a second."""
         return await self.broker.ping(timeout=1.0)
+
+    async def notify(self, base_subject: str, token: str, hint: Contract) -> None:
+        """Publish a hint on core NATS, in no stream: whoever listens now gets it, nobody
+        later (live pages; never facts another service must not miss)."""
+        client = self.broker.config.connection_state.connection
+        subject = self.namespace.subject(base_subject, token)
+        await client.publish(subject, hint.model_dump_json().encode())
+
+    async def listen(
+        self, base_pattern: str, callback: Callable[[str, bytes], Awaitable[None]]
+    ) -> Subscription:
+        """Follow a subject pattern on core NATS (stream subjects included: a core
+        subscriber sees every publish). ``callback`` gets the base subject and the payload."""
+        client = self.broker.config.connection_state.connection
+        namespace = self.namespace
+
+        async def deliver(message: Msg) -> None:
+            await callback(namespace.base_subject(message.subject), message.data)
+
+        subscription: Subscription = await client.subscribe(
+            namespace.subject(base_pattern), cb=deliver
+        )
+        return subscription
 
 
 @asynccontextmanager

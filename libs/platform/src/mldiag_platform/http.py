@@ -159,7 +159,29 @@ def serve(app: FastAPI, host: str, port: int) -> None:
         lifespan="on",
         timeout_graceful_shutdown=10,
     )
-    uvicorn.Server(config).run()
+    _GracefulServer(config, stopping_event(app)).run()
+
+
+def stopping_event(app: FastAPI) -> asyncio.Event:
+    """Set when the server starts shutting down: long-lived responses (live streams) end on
+    it, because uvicorn waits for every open response before it runs the lifespan shutdown."""
+    event: asyncio.Event | None = getattr(app.state, "stopping", None)
+    if event is None:
+        event = app.state.stopping = asyncio.Event()
+    return event
+
+
+class _GracefulServer(uvicorn.Server):
+    """uvicorn's server, telling long-lived responses to end before it waits for them."""
+
+    def __init__(self, config: uvicorn.Config, stopping: asyncio.Event) -> None:
+        super().__init__(config)
+        self._stopping = stopping
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Set the stopping event, then shut down as uvicorn does."""
+        self._stopping.set()
+        await super().shutdown(sockets)
 
 
 class _EmbeddedServer(uvicorn.Server):

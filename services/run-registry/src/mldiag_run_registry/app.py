@@ -7,10 +7,11 @@ import structlog
 from fastapi import FastAPI
 
 from mldiag_platform.auth import open_token_directory
-from mldiag_platform.bus import connect_bus
-from mldiag_platform.database import database_ok, load_migrations, open_database
+from mldiag_platform.bus import Bus, connect_bus
+from mldiag_platform.database import Migration, database_ok, load_migrations, open_database
 from mldiag_platform.http import HealthCheck, create_http_app
 from mldiag_platform.outbox import Outbox, outbox_migrations, running_sweeper
+from mldiag_run_registry.console.handlers import mount_console
 from mldiag_run_registry.events import handlers as events_handlers
 from mldiag_run_registry.events.repository import EventsRepository
 from mldiag_run_registry.events.service import EventsService
@@ -20,6 +21,8 @@ from mldiag_run_registry.goodput.service import GoodputService
 from mldiag_run_registry.heartbeats import handlers as heartbeats_handlers
 from mldiag_run_registry.heartbeats.repository import HeartbeatsRepository
 from mldiag_run_registry.heartbeats.service import HeartbeatsService
+from mldiag_run_registry.live import handlers as live_handlers
+from mldiag_run_registry.live.service import LiveFeed
 from mldiag_run_registry.metrics import handlers as metrics_handlers
 from mldiag_run_registry.metrics.repository import MetricsRepository
 from mldiag_run_registry.metrics.service import MetricsService
@@ -36,6 +39,10 @@ from mldiag_run_registry.runs import handlers as runs_handlers
 from mldiag_run_registry.runs.repository import RunRepository
 from mldiag_run_registry.runs.service import RunService
 from mldiag_run_registry.settings import RunRegistrySettings
+from mldiag_run_registry.shares import handlers as shares_handlers
+from mldiag_run_registry.shares.authorizer import SharingAuthorizer
+from mldiag_run_registry.shares.repository import ShareLinksRepository
+from mldiag_run_registry.shares.service import ShareLinksService
 from mldiag_run_registry.tokens import handlers as tokens_handlers
 from mldiag_run_registry.tokens.repository import TokenRepository
 from mldiag_run_registry.tokens.service import TokenService
@@ -45,6 +52,59 @@ SERVICE = "run-registry"
 log = structlog.get_logger(__name__)
 
 
+_ROOMS_WITH_TABLES = (
+    "runs",
+    "operations",
+    "metrics",
+    "tokens",
+    "heartbeats",
+    "events",
+    "monitoring",
+    "profiles",
+    "shares",
+)
+
+
+def _migrations() -> list[Migration]:
+    """Every table the registry owns: the outbox's, its own, then each room's, in order."""
+    migrations = [
+        *outbox_migrations(),
+        *load_migrations("run-registry", "mldiag_run_registry.migrations"),
+    ]
+    for room in _ROOMS_WITH_TABLES:
+        package = f"mldiag_run_registry.{room}.migrations"
+        migrations += load_migrations(f"run-registry-{room}", package)
+    return migrations
+
+
+def _consume(
+    bus: Bus,
+    settings: RunRegistrySettings,
+    runs: RunService,
+    metrics: MetricsService,
+    events: EventsService,
+    heartbeats: HeartbeatsService,
+    profiles: ProfilesService,
+    live: LiveFeed,
+) -> None:
+    """Every durable consumer the registry runs, with its handler."""
+    bus.consume(runs_handlers.CONFIGS_CONSUMER, runs_handlers.RunsBusHandler(runs).on_configs)
+    bus.consume(
+        metrics_handlers.metrics_consumer(settings.metrics_batch_size),
+        metrics_handlers.MetricsBusHandler(metrics, live).on_metrics,
+    )
+    events_bus = events_handlers.EventsBusHandler(events, live)
+    bus.consume(events_handlers.EVENTS_CONSUMER, events_bus.on_events)
+    bus.consume(events_handlers.ANALYSES_CONSUMER, events_bus.on_analyses)
+    bus.consume(
+        heartbeats_handlers.HEARTBEATS_CONSUMER,
+        heartbeats_handlers.HeartbeatsBusHandler(heartbeats).on_heartbeats,
+    )
+    profiles_bus = profiles_handlers.ProfilesBusHandler(profiles)
+    bus.consume(profiles_handlers.CAPTURE_REQUESTS_CONSUMER, profiles_bus.on_capture_requests)
+    bus.consume(profiles_handlers.SESSIONS_CONSUMER, profiles_bus.on_sessions)
+
+
 def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
     """Build the registry app; connections open in its lifespan, not here."""
     settings = settings or RunRegistrySettings()
@@ -52,24 +112,7 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        migrations = [
-            *outbox_migrations(),
-            *load_migrations("run-registry", "mldiag_run_registry.migrations"),
-            *load_migrations("run-registry-runs", "mldiag_run_registry.runs.migrations"),
-            *load_migrations(
-                "run-registry-operations", "mldiag_run_registry.operations.migrations"
-            ),
-            *load_migrations("run-registry-metrics", "mldiag_run_registry.metrics.migrations"),
-            *load_migrations("run-registry-tokens", "mldiag_run_registry.tokens.migrations"),
-            *load_migrations(
-                "run-registry-heartbeats", "mldiag_run_registry.heartbeats.migrations"
-            ),
-            *load_migrations("run-registry-events", "mldiag_run_registry.events.migrations"),
-            *load_migrations(
-                "run-registry-monitoring", "mldiag_run_registry.monitoring.migrations"
-            ),
-            *load_migrations("run-registry-profiles", "mldiag_run_registry.profiles.migrations"),
-        ]
+        migrations = _migrations()
         async with AsyncExitStack() as stack:
             pool = await stack.enter_async_context(
                 open_database(settings.database, settings.db_schema, migrations)
@@ -85,6 +128,9 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
                     "auth.no_usable_token",
                     hint="set MLDIAG_RUN_REGISTRY_BOOTSTRAP_ADMIN_TOKEN: every call gets 401",
                 )
+            live = LiveFeed(bus)
+            await live.start()
+            stack.push_async_callback(live.stop)
             outbox = Outbox(pool, bus.publisher)
             operations = OperationsRepository(pool)
             run_repository = RunRepository(pool, outbox, operations)
@@ -105,25 +151,17 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
                 xprof_url=settings.xprof_url,
             )
 
-            bus.consume(
-                runs_handlers.CONFIGS_CONSUMER, runs_handlers.RunsBusHandler(runs).on_configs
+            key = settings.share_link_key
+            shares = ShareLinksService(
+                ShareLinksRepository(pool),
+                runs,
+                events,
+                profiles,
+                signing_key=key.get_secret_value().encode() if key is not None else None,
             )
-            bus.consume(
-                metrics_handlers.metrics_consumer(settings.metrics_batch_size),
-                metrics_handlers.MetricsBusHandler(metrics).on_metrics,
-            )
-            events_bus = events_handlers.EventsBusHandler(events)
-            bus.consume(events_handlers.EVENTS_CONSUMER, events_bus.on_events)
-            bus.consume(events_handlers.ANALYSES_CONSUMER, events_bus.on_analyses)
-            bus.consume(
-                heartbeats_handlers.HEARTBEATS_CONSUMER,
-                heartbeats_handlers.HeartbeatsBusHandler(heartbeats).on_heartbeats,
-            )
-            profiles_bus = profiles_handlers.ProfilesBusHandler(profiles)
-            bus.consume(
-                profiles_handlers.CAPTURE_REQUESTS_CONSUMER, profiles_bus.on_capture_requests
-            )
-            bus.consume(profiles_handlers.SESSIONS_CONSUMER, profiles_bus.on_sessions)
+            await shares.start()
+
+            _consume(bus, settings, runs, metrics, events, heartbeats, profiles, live)
             await bus.start()
             await outbox.flush()  # whatever a crash left staged
             await stack.enter_async_context(running_sweeper(outbox))
@@ -133,7 +171,10 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             app.state.goodput, app.state.monitoring = goodput, monitoring
             app.state.profiles = profiles
             app.state.operations = OperationsService(operations)
-            app.state.tokens, app.state.tokens_service = directory, tokens
+            app.state.tokens_service = tokens
+            app.state.tokens = SharingAuthorizer(directory, shares)
+            app.state.shares, app.state.live = shares, live
+            app.state.public_url = settings.public_url
             checks.update(nats=bus.healthy, database=lambda: database_ok(pool))
             stack.callback(checks.clear)
             yield
@@ -141,6 +182,7 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
     app = create_http_app(SERVICE, lifespan, checks)
     for router in (
         goodput_handlers.router,  # before runs: `{run_id}` would also match `x:goodput`
+        live_handlers.router,  # and `x:watch`
         runs_handlers.router,
         metrics_handlers.router,
         events_handlers.router,
@@ -149,6 +191,8 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
         profiles_handlers.router,
         operations_handlers.router,
         tokens_handlers.router,
+        shares_handlers.router,
     ):
         app.include_router(router)
+    mount_console(app, settings.console_dir)
     return app

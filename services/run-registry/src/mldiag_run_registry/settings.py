@@ -1,5 +1,7 @@
 """run-registry settings (env ``MLDIAG_RUN_REGISTRY_*`` plus the shared pieces)."""
 
+from pathlib import Path
+
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -26,6 +28,20 @@ class RunRegistrySettings(BaseSettings):
         default="http://127.0.0.1:8084",
         description="Base URL of managed XProf (the provisioner's proxy): sessions' dashboard"
         " links point there.",
+    )
+    public_url: str = Field(
+        default="",
+        description="Base URL browsers reach the API and console at (behind a proxy, say);"
+        " share links point there. Empty: the address each request came to.",
+    )
+    share_link_key: SecretStr | None = Field(
+        default=None,
+        description="Key that signs share links. Unset: one is made and stored in PostgreSQL"
+        " at first start, the same for every replica; changing it invalidates every link.",
+    )
+    console_dir: Path | None = Field(
+        default=None,
+        description="A built console to serve instead of the one built into the package.",
     )
     nats: NatsSettings = Field(default_factory=NatsSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)

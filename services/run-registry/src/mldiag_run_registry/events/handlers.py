@@ -8,12 +8,14 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.http import ContractResponse
 from mldiag_run_registry.events.service import EventsService
+from mldiag_run_registry.live.service import LiveFeed
 from mldiag_run_registry.resources import ParentDep, route
 from mldiag_schemas import bus
 from mldiag_schemas.analyses import AnalysisCompleted, ListAnalysesResponse
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.events import WorkloadEventOpened, WorkloadEventResolved, WorkloadEventUpdated
+from mldiag_schemas.sharing import RunUpdateKind
 
 router = APIRouter()
 
@@ -86,9 +88,13 @@ async def get_event(run_id: str, event_id: str, parent: ParentDep, service: Serv
 
 
 @route(router, "GET", "/machineLearningRuns/{run_id}/analyses", Permission.RUNS_GET)
-async def list_analyses(run_id: str, parent: ParentDep, service: ServiceDep) -> Response:
-    """The analyses of a run's events."""
+async def list_analyses(
+    run_id: str, parent: ParentDep, service: ServiceDep, event: str | None = None
+) -> Response:
+    """The analyses of a run's events (``?event=<id>``: of one event)."""
     analyses = await service.list_analyses(parent.project, parent.location, run_id)
+    if event is not None:
+        analyses = [analysis for analysis in analyses if str(analysis.event_id) == event]
     return ContractResponse(ListAnalysesResponse(analyses=analyses))
 
 
@@ -114,8 +120,9 @@ _EVENT_CHANGES = (WorkloadEventOpened, WorkloadEventUpdated, WorkloadEventResolv
 class EventsBusHandler:
     """Records events and analyses as they are published."""
 
-    def __init__(self, service: EventsService) -> None:
+    def __init__(self, service: EventsService, live: LiveFeed) -> None:
         self._service = service
+        self._live = live
 
     async def on_events(self, deliveries: list[Delivery[Envelope]]) -> None:
         """Record event revisions (other message types on these subjects are ignored)."""
@@ -126,7 +133,10 @@ class EventsBusHandler:
         ]
         if events:
             await self._service.store_events(events)
+            await self._live.announce([event.run_id for event in events], RunUpdateKind.EVENTS)
 
     async def on_analyses(self, deliveries: list[Delivery[AnalysisCompleted]]) -> None:
         """Record analyses."""
-        await self._service.store_analyses([d.message.analysis for d in deliveries])
+        analyses = [d.message.analysis for d in deliveries]
+        await self._service.store_analyses(analyses)
+        await self._live.announce([a.run_id for a in analyses], RunUpdateKind.ANALYSES)

@@ -19,3 +19,9 @@ class InvalidRunList(InvalidArgument):
     """``runs`` of a comparison is empty, too long or has an invalid id."""
 
     code = "invalid_run_list"
+
+
+class InvalidStepRange(InvalidArgument):
+    """``startStep`` / ``endStep`` is negative, or the start lies past the end."""
+
+    code = "invalid_step_range"

@@ -6,10 +6,12 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.http import ContractResponse
-from mldiag_run_registry.metrics.service import MetricsService
+from mldiag_run_registry.live.service import LiveFeed
+from mldiag_run_registry.metrics.service import MetricsService, StepRange
 from mldiag_run_registry.resources import ParentDep, route
 from mldiag_schemas import bus
 from mldiag_schemas.auth import Permission
+from mldiag_schemas.sharing import RunUpdateKind
 from mldiag_schemas.telemetry import MetricPointsReceived
 
 router = APIRouter()
@@ -22,6 +24,9 @@ def _service(request: Request) -> MetricsService:
 
 ServiceDep = Annotated[MetricsService, Depends(_service)]
 GroupByQuery = Annotated[str, Query(alias="groupBy")]
+StartStepQuery = Annotated[int | None, Query(alias="startStep")]
+EndStepQuery = Annotated[int | None, Query(alias="endStep")]
+WithTimesQuery = Annotated[bool, Query(alias="withTimes")]
 
 
 @route(router, "GET", "/machineLearningRuns/{run_id}/metrics", Permission.RUNS_GET)
@@ -44,11 +49,21 @@ async def compare_metrics(
     metric: str,
     buckets: int = 1000,
     group_by: GroupByQuery = "none",
+    start_step: StartStepQuery = None,
+    end_step: EndStepQuery = None,
+    with_times: WithTimesQuery = False,
 ) -> Response:
     """One metric of several runs (``runs=a,b``) on shared step buckets."""
     run_ids = [run_id for run_id in runs.split(",") if run_id]
     result = await service.compare(
-        parent.project, parent.location, run_ids, metric, buckets, group_by
+        parent.project,
+        parent.location,
+        run_ids,
+        metric,
+        buckets,
+        group_by,
+        StepRange(start_step, end_step),
+        with_times,
     )
     return ContractResponse(result)
 
@@ -63,11 +78,22 @@ async def read_series(
     page_token: Annotated[str, Query(alias="pageToken")] = "",
     buckets: int | None = None,
     group_by: GroupByQuery = "series",
+    start_step: StartStepQuery = None,
+    end_step: EndStepQuery = None,
+    with_times: WithTimesQuery = False,
 ) -> Response:
-    """One metric's points in step order, paged; with ``buckets=N``, downsampled."""
+    """One metric's points in step order, paged; with ``buckets=N``, downsampled (over
+    ``startStep`` … ``endStep`` when given)."""
     if buckets is not None:
         result = await service.downsample(
-            parent.project, parent.location, run_id, metric, buckets, group_by
+            parent.project,
+            parent.location,
+            run_id,
+            metric,
+            buckets,
+            group_by,
+            StepRange(start_step, end_step),
+            with_times,
         )
         return ContractResponse(result)
     page = await service.read_series(
@@ -88,11 +114,17 @@ def metrics_consumer(batch_size: int) -> ConsumerSpec[MetricPointsReceived]:
 
 
 class MetricsBusHandler:
-    """Stores each pulled batch of metric messages in one transaction."""
+    """Stores each pulled batch of metric messages in one transaction, then tells live pages."""
 
-    def __init__(self, service: MetricsService) -> None:
+    def __init__(self, service: MetricsService, live: LiveFeed) -> None:
         self._service = service
+        self._live = live
 
     async def on_metrics(self, deliveries: list[Delivery[MetricPointsReceived]]) -> None:
         """Store a batch."""
-        await self._service.store([delivery.message for delivery in deliveries])
+        messages = [delivery.message for delivery in deliveries]
+        await self._service.store(messages)
+        names: dict[str, set[str]] = {}
+        for message in messages:
+            names.setdefault(message.run_id, set()).update(s.name for s in message.series)
+        await self._live.announce(list(names), RunUpdateKind.METRICS, names)

@@ -103,6 +103,8 @@ class BucketRow:
     first_step: int
     last_step: int
     last_value: float
+    last_series_id: int
+    """A series of the group whose point at ``last_step`` gave ``last_value``."""
 
 
 @dataclass(frozen=True)
@@ -317,15 +319,21 @@ class MetricsRepository:
         return [(r["step"], r["series_id"], r["time_us"], r["value"]) for r in rows]
 
     async def read_buckets(
-        self, groups: dict[int, int], width: int, level: int | None
+        self, groups: dict[int, int], width: int, level: int | None, first: int, last: int
     ) -> list[BucketRow]:
-        """Aggregates per (group, step // width), from rollup ``level`` or raw points (None).
+        """Aggregates per (group, step // width) of buckets ``first`` … ``last``, from rollup
+        ``level`` or raw points (None).
 
         ``groups`` maps series id → group: series of one group merge into one line. With a
-        rollup level, ``width`` is a multiple of its bucket width, so buckets never straddle.
+        rollup level, ``width`` is a multiple of its bucket width, so buckets never straddle
+        and a whole output bucket is read: the first and last are exact too. ``last_value``
+        and ``last_series_id`` come from one point; a tie on the step goes to the latest
+        time (raw points only), then to the highest series id.
         """
-        args: list[Any] = [list(groups), list(groups.values()), width]
+        ids, numbers = list(groups), list(groups.values())
+        low, high = first * width, last * width + width - 1
         if level is None:
+            # the join's step range is what the (series, step, time) index scans, per series
             query = """
             SELECT g.grp, p.step / $3 AS b, count(*) AS n,
                    count(*) FILTER (WHERE p.value = 'NaN') AS nan_n,
@@ -333,32 +341,42 @@ class MetricsRepository:
                    max(p.value) FILTER (WHERE p.value <> 'NaN') AS hi,
                    sum(p.value) FILTER (WHERE p.value <> 'NaN') AS total,
                    min(p.step) AS first_step, max(p.step) AS last_step,
-                   (array_agg(p.value ORDER BY p.step DESC))[1] AS last_value
+                   (array_agg(p.value ORDER BY p.step DESC, p.time_us DESC, p.series_id DESC))[1]
+                       AS last_value,
+                   (array_agg(p.series_id ORDER BY p.step DESC, p.time_us DESC,
+                              p.series_id DESC))[1] AS last_series
             FROM unnest($1::bigint[], $2::int[]) AS g(series_id, grp)
-            JOIN metric_points p ON p.series_id = g.series_id
+            JOIN metric_points p ON p.series_id = g.series_id AND p.step BETWEEN $4 AND $5
             GROUP BY 1, 2 ORDER BY 1, 2"""
-        elif width == 1 << level and len(set(groups.values())) == len(groups):
+            rows = await self._pool.fetch(query, ids, numbers, width, low, high)
+        elif width == 1 << level and len(set(numbers)) == len(numbers):
             # one series per line at the level's own width: the rollup rows are the answer
             query = """
             SELECT g.grp, r.bucket AS b, r.count AS n, r.nan_count AS nan_n, r.min AS lo,
-                   r.max AS hi, r.sum AS total, r.first_step, r.last_step, r.last_value
+                   r.max AS hi, r.sum AS total, r.first_step, r.last_step, r.last_value,
+                   r.series_id AS last_series
             FROM unnest($1::bigint[], $2::int[]) AS g(series_id, grp)
-            JOIN metric_rollups r ON r.series_id = g.series_id AND r.width_log2 = $4
-            WHERE $3::bigint > 0
+            JOIN metric_rollups r ON r.series_id = g.series_id AND r.width_log2 = $3
+                                 AND r.bucket BETWEEN $4 AND $5
             ORDER BY 1, 2"""
-            args.append(level)
+            rows = await self._pool.fetch(query, ids, numbers, level, low >> level, high >> level)
         else:
             query = """
             SELECT g.grp, (r.bucket << $4) / $3 AS b, sum(r.count)::bigint AS n,
                    sum(r.nan_count)::bigint AS nan_n, min(r.min) AS lo, max(r.max) AS hi,
                    sum(r.sum) AS total, min(r.first_step) AS first_step,
                    max(r.last_step) AS last_step,
-                   (array_agg(r.last_value ORDER BY r.last_step DESC))[1] AS last_value
+                   (array_agg(r.last_value ORDER BY r.last_step DESC, r.series_id DESC))[1]
+                       AS last_value,
+                   (array_agg(r.series_id ORDER BY r.last_step DESC, r.series_id DESC))[1]
+                       AS last_series
             FROM unnest($1::bigint[], $2::int[]) AS g(series_id, grp)
             JOIN metric_rollups r ON r.series_id = g.series_id AND r.width_log2 = $4
+                                 AND r.bucket BETWEEN $5 AND $6
             GROUP BY 1, 2 ORDER BY 1, 2"""
-            args.append(level)
-        rows = await self._pool.fetch(query, *args)
+            rows = await self._pool.fetch(
+                query, ids, numbers, width, level, low >> level, high >> level
+            )
         return [
             BucketRow(
                 group=r["grp"],
@@ -371,9 +389,28 @@ class MetricsRepository:
                 first_step=r["first_step"],
                 last_step=r["last_step"],
                 last_value=r["last_value"],
+                last_series_id=r["last_series"],
             )
             for r in rows
         ]
+
+    async def point_times(self, points: Sequence[tuple[int, int]]) -> dict[tuple[int, int], int]:
+        """Time (µs) of the point at each (series id, step); the latest of a rewritten step.
+
+        One index probe per pair (the (series, step, time) index read backwards, one row),
+        so the cost follows the number of buckets, never the series' length.
+        """
+        unique = list(dict.fromkeys(points))
+        rows = await self._pool.fetch(
+            "SELECT q.series_id, q.step, t.time_us"
+            " FROM unnest($1::bigint[], $2::bigint[]) AS q(series_id, step)"
+            " CROSS JOIN LATERAL (SELECT p.time_us FROM metric_points p"
+            "  WHERE p.series_id = q.series_id AND p.step = q.step"
+            "  ORDER BY p.time_us DESC LIMIT 1) AS t",
+            [series_id for series_id, _ in unique],
+            [step for _, step in unique],
+        )
+        return {(r["series_id"], r["step"]): r["time_us"] for r in rows}
 
 
 def _series_row(row: asyncpg.Record) -> SeriesRow:

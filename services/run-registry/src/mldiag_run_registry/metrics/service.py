@@ -2,8 +2,9 @@
 
 Downsampling plans each read so it touches between N and 4N rollup rows: the bucket width
 is the smallest multiple of a rollup level's width that gives at most N buckets over the
-series' step range. Short series (fewer than 16 steps per requested bucket) are aggregated
-from the raw points, which are then few.
+steps read: the requested range cut to the steps recorded, so a zoomed-in read gets finer
+buckets and still touches N to 4N rows. Short ranges (fewer than 64 steps per requested
+bucket) are aggregated from the raw points, which are then few.
 """
 
 from collections.abc import Sequence
@@ -15,7 +16,12 @@ from prometheus_client import Counter
 
 from mldiag_run_registry.errors import InvalidPageToken
 from mldiag_run_registry.lookup import RunLookup, SummaryWriter
-from mldiag_run_registry.metrics.errors import InvalidBucketCount, InvalidGroupBy, InvalidRunList
+from mldiag_run_registry.metrics.errors import (
+    InvalidBucketCount,
+    InvalidGroupBy,
+    InvalidRunList,
+    InvalidStepRange,
+)
 from mldiag_run_registry.metrics.repository import (
     ROLLUP_LEVELS,
     BucketRow,
@@ -65,6 +71,35 @@ class Plan:
     def source(self) -> str:
         """`raw` or `rollup:<steps per rollup bucket>`."""
         return "raw" if self.level is None else f"rollup:{1 << self.level}"
+
+
+@dataclass(frozen=True)
+class StepRange:
+    """The steps a downsampled read covers, both ends inclusive (None: open)."""
+
+    start: int | None = None
+    end: int | None = None
+
+    def clip(self, first: int, last: int) -> tuple[int, int] | None:
+        """This range cut to ``first`` … ``last`` (the steps recorded); None when empty."""
+        low = first if self.start is None else max(first, self.start)
+        high = last if self.end is None else min(last, self.end)
+        return (low, high) if low <= high else None
+
+
+@dataclass(frozen=True)
+class _Downsampled:
+    plan: Plan
+    window: tuple[int, int] | None
+    lines: list[DownsampledSeries]
+
+    @property
+    def start_step(self) -> int | None:
+        return None if self.window is None else self.window[0]
+
+    @property
+    def end_step(self) -> int | None:
+        return None if self.window is None else self.window[1]
 
 
 def plan_buckets(first_step: int, last_step: int, buckets: int) -> Plan:
@@ -219,17 +254,30 @@ class MetricsService:
         )
 
     async def downsample(
-        self, project: str, location: str, run_id: str, metric: str, buckets: int, group_by: str
+        self,
+        project: str,
+        location: str,
+        run_id: str,
+        metric: str,
+        buckets: int,
+        group_by: str,
+        steps: StepRange | None = None,
+        with_times: bool = False,
     ) -> DownsampleMetricResponse:
-        """One metric of a run in at most ``buckets`` step buckets per line."""
+        """One metric of a run in at most ``buckets`` step buckets per line (over ``steps``
+        only, when given; with each bucket's ``lastTime`` when ``with_times``)."""
         await self._runs.get_run(project, location, run_id)
-        plan, lines = await self._downsample([run_id], metric, buckets, group_by)
+        read = await self._downsample(
+            [run_id], metric, buckets, group_by, steps or StepRange(), with_times
+        )
         return DownsampleMetricResponse(
             metric=metric,
-            bucket_width=plan.width,
-            source=plan.source,
+            bucket_width=read.plan.width,
+            source=read.plan.source,
             group_by=_grouping(group_by),
-            series=lines,
+            start_step=read.start_step,
+            end_step=read.end_step,
+            series=read.lines,
         )
 
     async def compare(
@@ -240,6 +288,8 @@ class MetricsService:
         metric: str,
         buckets: int,
         group_by: str,
+        steps: StepRange | None = None,
+        with_times: bool = False,
     ) -> CompareMetricsResponse:
         """One metric of several runs on shared step buckets (one line per run by default)."""
         unique = list(dict.fromkeys(run_ids))
@@ -247,29 +297,38 @@ class MetricsService:
             raise InvalidRunList(f"name 1 to {MAX_COMPARED_RUNS} runs, comma-separated")
         for run_id in unique:
             await self._runs.get_run(project, location, run_id)
-        plan, lines = await self._downsample(unique, metric, buckets, group_by)
+        read = await self._downsample(
+            unique, metric, buckets, group_by, steps or StepRange(), with_times
+        )
         return CompareMetricsResponse(
             metric=metric,
-            bucket_width=plan.width,
-            source=plan.source,
+            bucket_width=read.plan.width,
+            source=read.plan.source,
             group_by=_grouping(group_by),
-            series=lines,
+            start_step=read.start_step,
+            end_step=read.end_step,
+            series=read.lines,
         )
 
     async def _downsample(
-        self, run_ids: list[str], metric: str, buckets: int, group_by: str
-    ) -> tuple[Plan, list[DownsampledSeries]]:
+        self,
+        run_ids: list[str],
+        metric: str,
+        buckets: int,
+        group_by: str,
+        steps: StepRange,
+        with_times: bool,
+    ) -> _Downsampled:
         grouping = _grouping(group_by)
         if not 1 <= buckets <= MAX_BUCKETS:
             raise InvalidBucketCount(f"buckets must be between 1 and {MAX_BUCKETS}")
+        if (steps.start is not None and steps.start < 0) or (
+            steps.end is not None and steps.end < 0
+        ):
+            raise InvalidStepRange("startStep and endStep must not be negative")
+        if steps.start is not None and steps.end is not None and steps.start > steps.end:
+            raise InvalidStepRange("startStep must not be greater than endStep")
         series = await self._repository.list_series(run_ids, metric)
-        if not series:
-            return Plan(1, None), []
-        plan = plan_buckets(
-            min(row.first_step or 0 for row in series),
-            max(row.last_step or 0 for row in series),
-            buckets,
-        )
         heads: list[SeriesRow] = []
         groups: dict[int, int] = {}
         index: dict[tuple[object, ...], int] = {}
@@ -283,10 +342,30 @@ class MetricsService:
                 index[key] = len(heads)
                 heads.append(row)
             groups[row.series_id] = index[key]
-        aggregates = await self._repository.read_buckets(groups, plan.width, plan.level)
+        # The plan covers the requested range cut to the steps recorded, so zooming in gives
+        # finer buckets and a read stays between N and 4N rollup rows whatever the zoom.
+        window = steps.clip(
+            min((row.first_step or 0 for row in series), default=0),
+            max((row.last_step or 0 for row in series), default=-1),
+        )
         per_group: list[list[MetricBucket]] = [[] for _ in heads]
-        for aggregate in aggregates:
-            per_group[aggregate.group].append(_bucket(aggregate, plan.width))
+        plan = Plan(1, None)
+        if window is not None:
+            first, last = window
+            plan = plan_buckets(first, last, buckets)
+            aggregates = await self._repository.read_buckets(
+                groups, plan.width, plan.level, first // plan.width, last // plan.width
+            )
+            times: dict[tuple[int, int], int] = {}
+            if with_times and aggregates:
+                times = await self._repository.point_times(
+                    [(row.last_series_id, row.last_step) for row in aggregates]
+                )
+            for aggregate in aggregates:
+                micros = times.get((aggregate.last_series_id, aggregate.last_step))
+                per_group[aggregate.group].append(
+                    _bucket(aggregate, plan.width, None if micros is None else _time(micros))
+                )
         lines = [
             DownsampledSeries(
                 run_id=head.run_id,
@@ -297,7 +376,7 @@ class MetricsService:
             )
             for number, head in enumerate(heads)
         ]
-        return plan, lines
+        return _Downsampled(plan, window, lines)
 
 
 def _grouping(group_by: str) -> GroupBy:
@@ -307,7 +386,7 @@ def _grouping(group_by: str) -> GroupBy:
     raise InvalidGroupBy(f"groupBy must be one of {', '.join(GROUPINGS)}")
 
 
-def _bucket(row: BucketRow, width: int) -> MetricBucket:
+def _bucket(row: BucketRow, width: int, last_time: datetime | None) -> MetricBucket:
     finite = row.count - row.nan_count
     return MetricBucket(
         start_step=row.bucket * width,
@@ -320,4 +399,5 @@ def _bucket(row: BucketRow, width: int) -> MetricBucket:
         max=row.max,
         mean=row.sum / finite if finite and row.sum is not None else None,
         last=row.last_value,
+        last_time=last_time,
     )

@@ -1,0 +1,1 @@
+"""Share links: signed, read-only, scoped, expiring, revocable access to one resource."""

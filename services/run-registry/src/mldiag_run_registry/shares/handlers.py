@@ -1,0 +1,70 @@
+"""HTTP routes of share links, and ``GET /v1/caller`` (who is calling, whatever the bearer)."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+
+from mldiag_platform.auth import Principal, authenticated
+from mldiag_platform.http import ContractResponse, read_body
+from mldiag_run_registry.resources import ParentDep, route
+from mldiag_run_registry.shares.service import ShareLinksService
+from mldiag_schemas.auth import SHARED_ROLE, Caller, Permission
+from mldiag_schemas.sharing import CreateShareLinkRequest
+
+router = APIRouter()
+
+CALLER_PATH = "/v1/caller"
+
+
+def _service(request: Request) -> ShareLinksService:
+    service: ShareLinksService = request.app.state.shares
+    return service
+
+
+ServiceDep = Annotated[ShareLinksService, Depends(_service)]
+CallerDep = Annotated[Principal, authenticated()]
+
+
+def _public_url(request: Request) -> str:
+    configured: str = request.app.state.public_url
+    return configured or str(request.base_url)
+
+
+@router.get(CALLER_PATH)
+async def describe_caller(caller: CallerDep, service: ServiceDep) -> Response:
+    """The caller's role and permissions (and for a share link, what it opens)."""
+    permissions = sorted(permission.value for permission in caller.permissions)
+    if caller.scope is not None:
+        link = await service.link(caller.token_id)
+        return ContractResponse(
+            Caller(token_id=caller.token_id, role=SHARED_ROLE, permissions=permissions, share=link)
+        )
+    return ContractResponse(
+        Caller(token_id=caller.token_id, role=caller.role.value, permissions=permissions)
+    )
+
+
+@route(router, "POST", "/shareLinks", Permission.SHARE_LINKS_CREATE)
+async def create_share_link(
+    request: Request, parent: ParentDep, caller: CallerDep, service: ServiceDep
+) -> Response:
+    """Create a link; the answer carries its token and console URL, never shown again."""
+    body = await read_body(request, CreateShareLinkRequest)
+    created = await service.create(
+        parent.project, parent.location, body, caller.token_id, _public_url(request)
+    )
+    return ContractResponse(created)
+
+
+@route(router, "GET", "/shareLinks", Permission.SHARE_LINKS_LIST)
+async def list_share_links(
+    parent: ParentDep, service: ServiceDep, resource: Annotated[str | None, Query()] = None
+) -> Response:
+    """The parent's links, or one resource's (``?resource=machineLearningRuns/r``)."""
+    return ContractResponse(await service.list(parent.project, parent.location, resource))
+
+
+@route(router, "DELETE", "/shareLinks/{link_id}", Permission.SHARE_LINKS_DELETE)
+async def revoke_share_link(link_id: str, parent: ParentDep, service: ServiceDep) -> Response:
+    """Revoke a link: it stops opening its resource at once."""
+    return ContractResponse(await service.revoke(parent.project, parent.location, link_id))
