@@ -1,6 +1,15 @@
 # One image for every mldiag service; docker-compose.yml picks the service with `command:`
 # (`python -m mldiag_<service>`). Needs BuildKit (the default builder since Docker Engine 23)
 # for the cache mounts.
+
+# The web console, built with npm from the lock; only the built files reach the image.
+FROM node:20-slim AS console
+WORKDIR /src/console
+COPY console/package.json console/package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY console/ ./
+RUN npm run build
+
 FROM python:3.11-slim
 
 # The uv that builds the workspace; uv_build (the members' build backend) must accept it.
@@ -51,6 +60,10 @@ COPY services/xprof-provisioner/src services/xprof-provisioner/src
 # the running image does not depend on the source tree's layout.
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-dev --no-editable ${UV_SKIP}
+
+# The console, outside site-packages: the registry serves it from MLDIAG_RUN_REGISTRY_CONSOLE_DIR.
+COPY --from=console /src/services/run-registry/src/mldiag_run_registry/console/static /app/console
+ENV MLDIAG_RUN_REGISTRY_CONSOLE_DIR=/app/console
 
 # An unprivileged user; /var/lib/mldiag is where writable state goes (xprof-provisioner's
 # work_dir is a volume mounted there, and a fresh named volume takes this ownership).

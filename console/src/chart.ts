@@ -1,0 +1,478 @@
+// One metric chart on uPlot: downsampled buckets as a mean line with a min–max band, NaN
+// buckets marked, drag to zoom (refetched at the finer resolution), double-click to reset,
+// x by step or by time. Data comes from a loader, so the same chart serves a run's metrics,
+// a comparison of runs and the events timeline.
+
+import uPlot from "uplot";
+
+import { isAbort } from "./api";
+import { formatNumber, formatTick } from "./format";
+import { h, replace } from "./h";
+import { Throttle } from "./throttle";
+import type { MetricBucket } from "./types";
+
+export interface ChartLine {
+  label: string;
+  color: string;
+  buckets: MetricBucket[];
+}
+
+export interface StepRange {
+  startStep: number;
+  endStep: number;
+}
+
+export type XMode = "step" | "time";
+
+export interface LoadRequest {
+  buckets: number;
+  range: StepRange | null;
+  withTimes: boolean;
+  signal: AbortSignal;
+}
+
+export type Loader = (request: LoadRequest) => Promise<ChartLine[]>;
+
+export interface ChartOptions {
+  metric: string;
+  title?: string;
+  loader: Loader;
+  xMode?: XMode;
+  height?: number;
+  /** Load when scrolled into view (default) or at once. */
+  lazy?: boolean;
+  /** The x range to show when not zoomed (seconds in time mode), e.g. a run's lifetime. */
+  xExtent?: () => [number, number] | null;
+  /** Drawn after the series, on the canvas (event spans). */
+  drawOverlay?: (u: uPlot) => void;
+  /** After every draw (DOM overlays positioned from the scales). */
+  onDraw?: (u: uPlot) => void;
+}
+
+export const PALETTE = [
+  "#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c",
+  "#0891b2", "#db2777", "#65a30d", "#4f46e5", "#b45309",
+];
+
+export function lineColor(index: number): string {
+  return PALETTE[index % PALETTE.length] ?? "#2563eb";
+}
+
+let firstChartMarked = false;
+
+const visible = new WeakMap<Element, () => void>();
+let observer: IntersectionObserver | null = null;
+
+function whenVisible(el: Element, callback: () => void): () => void {
+  observer ??= new IntersectionObserver(
+    (entries) => {
+      for (const entry of entries) {
+        if (!entry.isIntersecting) continue;
+        observer?.unobserve(entry.target);
+        visible.get(entry.target)?.();
+        visible.delete(entry.target);
+      }
+    },
+    { rootMargin: "300px 0px" },
+  );
+  visible.set(el, callback);
+  observer.observe(el);
+  return () => {
+    observer?.unobserve(el);
+    visible.delete(el);
+  };
+}
+
+interface Built {
+  data: uPlot.AlignedData;
+  series: uPlot.Series[];
+  bands: uPlot.Band[];
+  nanXs: number[];
+  nanBuckets: number;
+  /** Per line: its mean series' index in `data`. */
+  meanIndex: number[];
+}
+
+function finite(value: number | null): number | null {
+  return value !== null && Number.isFinite(value) ? value : null;
+}
+
+function xOf(bucket: MetricBucket, mode: XMode): number | null {
+  if (mode === "step") return bucket.lastStep;
+  return bucket.lastTime ? Date.parse(bucket.lastTime) / 1000 : null;
+}
+
+function build(lines: ChartLine[], mode: XMode): Built {
+  const xsSet = new Set<number>();
+  for (const line of lines) {
+    for (const bucket of line.buckets) {
+      const x = xOf(bucket, mode);
+      if (x !== null) xsSet.add(x);
+    }
+  }
+  const xs = Float64Array.from(xsSet).sort();
+  const index = new Map<number, number>();
+  xs.forEach((x, i) => index.set(x, i));
+  const withBand = lines.length === 1; // one line: its min–max band; more: too busy
+  const data: (number | null)[][] = [];
+  const series: uPlot.Series[] = [{}];
+  const bands: uPlot.Band[] = [];
+  const meanIndex: number[] = [];
+  const nanSet = new Set<number>();
+  let nanBuckets = 0;
+  for (const line of lines) {
+    const mean: (number | null)[] = new Array<number | null>(xs.length).fill(null);
+    const min: (number | null)[] = withBand ? new Array<number | null>(xs.length).fill(null) : [];
+    const max: (number | null)[] = withBand ? new Array<number | null>(xs.length).fill(null) : [];
+    let spread = false;
+    for (const bucket of line.buckets) {
+      const x = xOf(bucket, mode);
+      if (x === null) continue;
+      const i = index.get(x) ?? 0;
+      mean[i] = finite(bucket.mean);
+      if (withBand) {
+        min[i] = finite(bucket.min);
+        max[i] = finite(bucket.max);
+        if (bucket.count > 1 && bucket.min !== bucket.max) spread = true;
+      }
+      if (bucket.nanCount > 0) {
+        nanBuckets++;
+        nanSet.add(x);
+      }
+    }
+    meanIndex.push(data.length + 1);
+    data.push(mean);
+    series.push({ label: line.label, stroke: line.color, width: 1.5, spanGaps: true });
+    if (withBand && spread) {
+      const maxIndex = data.length + 1;
+      data.push(max, min);
+      const edge: uPlot.Series = { stroke: "transparent", width: 0, spanGaps: true, points: { show: false } };
+      series.push({ ...edge, label: `${line.label} max` }, { ...edge, label: `${line.label} min` });
+      bands.push({ series: [maxIndex, maxIndex + 1], fill: `${line.color}22` });
+    }
+  }
+  return {
+    data: [Array.from(xs), ...data] as uPlot.AlignedData,
+    series,
+    bands,
+    nanXs: Array.from(nanSet),
+    nanBuckets,
+    meanIndex,
+  };
+}
+
+export class MetricChart {
+  readonly el: HTMLDivElement;
+  private readonly body: HTMLDivElement;
+  private readonly readout: HTMLSpanElement;
+  private readonly badge: HTMLSpanElement;
+  private readonly zoomNote: HTMLSpanElement;
+  private readonly legend: HTMLDivElement;
+  private readonly message: HTMLDivElement;
+  private u: uPlot | null = null;
+  private shape = "";
+  private built: Built | null = null;
+  private lines: ChartLine[] = [];
+  private zoom: StepRange | null = null;
+  private xMode: XMode;
+  private loader: Loader;
+  private started = false;
+  private controller: AbortController | null = null;
+  private readonly refresher: Throttle;
+  private zoomTimer: ReturnType<typeof setTimeout> | undefined;
+  private stopObserving: (() => void) | null = null;
+  private readonly resize: ResizeObserver;
+  private readonly height: number;
+  /** The x values of the data being drawn (reported as data-points once drawn). */
+  private pendingPoints = 0;
+
+  constructor(private readonly options: ChartOptions) {
+    this.xMode = options.xMode ?? "step";
+    this.loader = options.loader;
+    this.height = options.height ?? 170;
+    this.readout = h("span", { class: "chart-readout" });
+    this.badge = h("span", { class: "nan-badge", testid: "nan-badge" });
+    this.badge.hidden = true;
+    this.zoomNote = h("span", { class: "zoom-note" });
+    this.body = h("div", { class: "chart-body", style: `height:${this.height}px` });
+    this.message = h("div", { class: "chart-message" }, "loading…");
+    this.legend = h("div", { class: "chart-legend" });
+    this.el = h(
+      "div",
+      { class: "chart", testid: "chart", dataset: { metric: options.metric } },
+      h(
+        "div",
+        { class: "chart-head" },
+        h("span", { class: "chart-title", title: options.metric }, options.title ?? options.metric),
+        this.badge,
+        this.zoomNote,
+        this.readout,
+      ),
+      this.body,
+      this.legend,
+    );
+    this.body.append(this.message);
+    this.refresher = new Throttle(() => this.load(), 1000);
+    this.resize = new ResizeObserver(() => {
+      if (this.u) this.u.setSize({ width: this.width(), height: this.height });
+    });
+    this.resize.observe(this.body);
+    if (options.lazy === false) queueMicrotask(() => this.start());
+    else this.stopObserving = whenVisible(this.el, () => this.start());
+  }
+
+  /** Refetch what is shown (live updates): at most once a second, always a trailing one. */
+  refresh(): void {
+    if (this.started) this.refresher.trigger();
+  }
+
+  setXMode(mode: XMode): void {
+    if (mode === this.xMode) return;
+    this.xMode = mode;
+    if (!this.started) return;
+    const hasTimes = this.lines.some((line) => line.buckets.some((b) => b.lastTime));
+    if (mode === "time" && !hasTimes) void this.load();
+    else this.draw();
+  }
+
+  setLoader(loader: Loader): void {
+    this.loader = loader;
+    if (this.started) void this.load();
+  }
+
+  /** Draw again without refetching (an overlay changed). */
+  redraw(): void {
+    this.u?.redraw(false);
+  }
+
+  resetZoom(): void {
+    if (this.zoom === null) return;
+    this.zoom = null;
+    void this.load();
+  }
+
+  dispose(): void {
+    this.refresher.stop();
+    clearTimeout(this.zoomTimer);
+    this.controller?.abort();
+    this.stopObserving?.();
+    this.resize.disconnect();
+    this.u?.destroy();
+    this.u = null;
+  }
+
+  private start(): void {
+    if (this.started) return;
+    this.started = true;
+    this.refresher.trigger();
+  }
+
+  private width(): number {
+    return Math.max(200, Math.floor(this.body.clientWidth || this.el.clientWidth || 400));
+  }
+
+  private async load(): Promise<void> {
+    this.controller?.abort();
+    const controller = new AbortController();
+    this.controller = controller;
+    this.el.classList.add("loading");
+    try {
+      const lines = await this.loader({
+        buckets: Math.min(2000, Math.max(50, Math.round(this.width()))),
+        range: this.zoom,
+        withTimes: this.xMode === "time",
+        signal: controller.signal,
+      });
+      if (controller.signal.aborted) return;
+      this.lines = lines;
+      this.draw();
+    } catch (error) {
+      if (isAbort(error) || controller.signal.aborted) return;
+      this.showMessage(`${(error as { code?: string }).code ?? "error"}: ${(error as Error).message}`, true);
+    } finally {
+      if (this.controller === controller) this.el.classList.remove("loading");
+    }
+  }
+
+  private showMessage(text: string, isError = false): void {
+    this.message.textContent = text;
+    this.message.className = isError ? "chart-message chart-error" : "chart-message";
+    this.message.hidden = false;
+    if (!this.message.isConnected) this.body.append(this.message);
+  }
+
+  private draw(): void {
+    const built = build(this.lines, this.xMode);
+    this.built = built;
+    const points = built.data[0].length;
+    const shape = `${this.xMode}|${built.series.map((s) => s.label).join("|")}`;
+    if (this.u && shape === this.shape) {
+      this.u.setData(built.data);
+    } else {
+      this.u?.destroy();
+      this.shape = shape;
+      this.u = new uPlot(this.uplotOptions(built), built.data, this.body);
+    }
+    if (points === 0) this.showMessage(this.xMode === "time" ? "no points with times" : "no points");
+    else this.message.hidden = true;
+    this.badge.hidden = built.nanBuckets === 0;
+    this.badge.textContent = `NaN ×${built.nanBuckets}`;
+    this.badge.title = `${built.nanBuckets} bucket(s) hold NaN values (red ticks)`;
+    this.el.dataset["nanBuckets"] = String(built.nanBuckets);
+    this.zoomNote.replaceChildren();
+    if (this.zoom) {
+      this.zoomNote.append(
+        `steps ${this.zoom.startStep}–${this.zoom.endStep} `,
+        h("button", { class: "link", onclick: () => this.resetZoom(), title: "or double-click the chart" }, "reset"),
+      );
+    }
+    replace(
+      this.legend,
+      this.lines.length > 1 &&
+        this.lines.map((line) =>
+          h("span", { class: "legend-item" }, h("i", { style: `background:${line.color}` }), line.label),
+        ),
+    );
+    this.pendingPoints = points;
+    this.setReadout(null);
+  }
+
+  private uplotOptions(built: Built): uPlot.Options {
+    const time = this.xMode === "time";
+    return {
+      width: this.width(),
+      height: this.height,
+      legend: { show: false },
+      cursor: {
+        drag: { x: true, y: false, setScale: false },
+        points: { size: 5 },
+      },
+      scales: {
+        x: {
+          time,
+          range: (_u, min, max) => {
+            const extent = this.zoom ? null : this.options.xExtent?.();
+            if (extent) return [Math.min(min, extent[0]), Math.max(max, extent[1])];
+            if (min === max) return [min - 1, max + 1];
+            return [min, max];
+          },
+        },
+      },
+      axes: [
+        {
+          stroke: "#6b7280",
+          grid: { stroke: "#eef0f3", width: 1 },
+          ticks: { stroke: "#e5e7eb", width: 1 },
+          ...(time ? {} : { values: (_u: uPlot, splits: number[]) => splits.map(formatTick) }),
+          font: "11px system-ui, sans-serif",
+        },
+        {
+          stroke: "#6b7280",
+          grid: { stroke: "#eef0f3", width: 1 },
+          ticks: { stroke: "#e5e7eb", width: 1 },
+          values: (_u: uPlot, splits: number[]) => splits.map(formatTick),
+          size: 46,
+          font: "11px system-ui, sans-serif",
+        },
+      ],
+      series: built.series,
+      bands: built.bands,
+      hooks: {
+        draw: [(u) => this.afterDraw(u)],
+        setSelect: [(u) => this.onSelect(u)],
+        setCursor: [(u) => this.setReadout(u.cursor.idx ?? null)],
+        ready: [
+          (u) =>
+            u.over.addEventListener("dblclick", () => {
+              this.resetZoom();
+            }),
+        ],
+      },
+    };
+  }
+
+  private afterDraw(u: uPlot): void {
+    const built = this.built;
+    if (built && built.nanXs.length) {
+      const ctx = u.ctx;
+      ctx.save();
+      ctx.fillStyle = "#dc2626";
+      const top = u.bbox.top;
+      const size = 5 * devicePixelRatio;
+      for (const x of built.nanXs) {
+        const px = u.valToPos(x, "x", true);
+        if (px < u.bbox.left - 1 || px > u.bbox.left + u.bbox.width + 1) continue;
+        ctx.beginPath();
+        ctx.moveTo(px - size, top);
+        ctx.lineTo(px + size, top);
+        ctx.lineTo(px, top + size * 1.4);
+        ctx.fill();
+        ctx.fillRect(px - 0.5 * devicePixelRatio, top, devicePixelRatio, u.bbox.height);
+      }
+      ctx.restore();
+    }
+    this.options.drawOverlay?.(u);
+    this.options.onDraw?.(u);
+    this.el.dataset["points"] = String(this.pendingPoints);
+    this.el.dataset["ready"] = "true";
+    if (!firstChartMarked) {
+      firstChartMarked = true;
+      performance.mark("mldiag:first-chart");
+    }
+  }
+
+  private onSelect(u: uPlot): void {
+    const { left, width } = u.select;
+    if (width < 4) return;
+    const min = u.posToVal(left, "x");
+    const max = u.posToVal(left + width, "x");
+    u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
+    const range = this.stepsBetween(min, max);
+    if (!range) return;
+    this.zoom = range;
+    u.setScale("x", { min, max }); // at once; the refetch brings the finer buckets
+    clearTimeout(this.zoomTimer);
+    this.zoomTimer = setTimeout(() => void this.load(), 150);
+  }
+
+  private stepsBetween(min: number, max: number): StepRange | null {
+    if (this.xMode === "step") {
+      const startStep = Math.max(0, Math.floor(min));
+      const endStep = Math.ceil(max);
+      return endStep >= startStep ? { startStep, endStep } : null;
+    }
+    let startStep = Infinity;
+    let endStep = -Infinity;
+    for (const line of this.lines) {
+      for (const bucket of line.buckets) {
+        const x = xOf(bucket, "time");
+        if (x === null || x < min || x > max) continue;
+        startStep = Math.min(startStep, bucket.firstStep);
+        endStep = Math.max(endStep, bucket.lastStep);
+      }
+    }
+    return Number.isFinite(startStep) ? { startStep, endStep } : null;
+  }
+
+  private setReadout(idx: number | null): void {
+    const built = this.built;
+    if (!built || !this.u) {
+      this.readout.textContent = "";
+      return;
+    }
+    const xs = built.data[0];
+    const i = idx ?? xs.length - 1;
+    const x = xs[i];
+    if (x === undefined) {
+      this.readout.textContent = "";
+      return;
+    }
+    const xText = this.xMode === "time" ? new Date(x * 1000).toLocaleTimeString(undefined, { hour12: false }) : `step ${x}`;
+    const values = built.meanIndex.map((series, line) => {
+      const value = built.data[series]?.[i];
+      const label = this.lines.length > 1 ? `${this.lines[line]?.label ?? ""} ` : "";
+      return value === null || value === undefined ? null : `${label}${formatNumber(value)}`;
+    });
+    this.readout.textContent = `${xText} · ${values.filter(Boolean).slice(0, 4).join(" · ") || "—"}`;
+  }
+}

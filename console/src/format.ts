@@ -1,0 +1,88 @@
+// Formatting for people: times, durations, numbers, config values.
+
+import type { Json } from "./types";
+
+export function formatTime(iso: string | null | undefined): string {
+  if (!iso) return "—";
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return iso;
+  const now = new Date();
+  const sameDay = date.toDateString() === now.toDateString();
+  const time = date.toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
+  if (sameDay) return time;
+  const day = date.toLocaleDateString(undefined, {
+    month: "short",
+    day: "numeric",
+    ...(date.getFullYear() === now.getFullYear() ? {} : { year: "numeric" }),
+  });
+  return `${day} ${time}`;
+}
+
+export function formatDuration(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return "—";
+  if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
+  if (seconds < 60) return `${seconds.toFixed(seconds < 10 ? 1 : 0)} s`;
+  const s = Math.round(seconds);
+  const d = Math.floor(s / 86400);
+  const h = Math.floor((s % 86400) / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  if (d) return `${d}d ${h}h`;
+  if (h) return `${h}h ${m}m`;
+  return `${m}m ${s % 60}s`;
+}
+
+export function secondsBetween(start: string, end: string | null | undefined): number {
+  const to = end ? Date.parse(end) : Date.now();
+  return Math.max(0, (to - Date.parse(start)) / 1000);
+}
+
+export function formatNumber(value: number | null | undefined, digits = 4): string {
+  if (value === null || value === undefined) return "—";
+  if (Number.isNaN(value)) return "NaN";
+  if (!Number.isFinite(value)) return value > 0 ? "+Inf" : "−Inf";
+  if (Number.isInteger(value) && Math.abs(value) < 1e15) return value.toLocaleString("en-US");
+  const abs = Math.abs(value);
+  if (abs !== 0 && (abs < 1e-3 || abs >= 1e6)) return value.toExponential(Math.max(1, digits - 2));
+  return Number(value.toPrecision(digits)).toString();
+}
+
+/** Short tick labels: 1.2k, 3.4M, 5e-5. */
+export function formatTick(value: number): string {
+  const abs = Math.abs(value);
+  if (abs === 0) return "0";
+  if (abs >= 1e9) return `${trim(value / 1e9)}G`;
+  if (abs >= 1e6) return `${trim(value / 1e6)}M`;
+  if (abs >= 1e4) return `${trim(value / 1e3)}k`;
+  if (abs < 1e-3) return value.toExponential(0);
+  return trim(value);
+}
+
+function trim(value: number): string {
+  return Number(value.toPrecision(3)).toString();
+}
+
+export function formatBytes(bytes: number): string {
+  if (bytes < 1024) return `${bytes} B`;
+  const units = ["KiB", "MiB", "GiB", "TiB"];
+  let value = bytes / 1024;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit++;
+  }
+  return `${value.toFixed(value < 10 ? 1 : 0)} ${units[unit]}`;
+}
+
+export function formatJson(value: Json): string {
+  if (typeof value === "string") return value;
+  if (typeof value === "number") return String(value); // configs: exactly as recorded
+  return JSON.stringify(value);
+}
+
+export function percent(fraction: number): string {
+  return `${(fraction * 100).toFixed(fraction >= 0.995 || fraction < 0.1 ? 1 : 0)}%`;
+}
+
+export function shortState(state: string): string {
+  return state.replace(/^STATE_/, "");
+}

@@ -1,0 +1,66 @@
+// Hash routes: #/runs, #/runs/<id>[/<tab>], #/compare?runs=a,b, #/share/<token>[/<tab>].
+
+export const TABS = ["overview", "metrics", "configs", "events", "profiles"] as const;
+export type Tab = (typeof TABS)[number];
+
+export type Route =
+  | { page: "signin" }
+  | { page: "runs"; query: URLSearchParams }
+  | { page: "run"; runId: string; tab: Tab; query: URLSearchParams }
+  | { page: "compare"; runs: string[] }
+  | { page: "share"; token: string; tab: Tab; query: URLSearchParams }
+  | { page: "notfound"; path: string };
+
+export function parseHash(hash: string): Route {
+  const text = hash.replace(/^#\/?/, "");
+  const mark = text.indexOf("?");
+  const path = mark < 0 ? text : text.slice(0, mark);
+  const query = new URLSearchParams(mark < 0 ? "" : text.slice(mark + 1));
+  const parts = path.split("/").filter(Boolean).map(decode);
+  const tab = (name: string | undefined): Tab | null =>
+    name === undefined ? "overview" : (TABS as readonly string[]).includes(name) ? (name as Tab) : null;
+  const [first, second, third] = parts;
+  if (first === undefined || (first === "runs" && second === undefined)) return { page: "runs", query };
+  if (first === "signin") return { page: "signin" };
+  if (first === "runs" && second !== undefined && parts.length <= 3) {
+    const t = tab(third);
+    if (t) return { page: "run", runId: second, tab: t, query };
+  }
+  if (first === "compare") {
+    const runs = (query.get("runs") ?? "").split(",").map((r) => r.trim()).filter(Boolean);
+    return { page: "compare", runs };
+  }
+  if (first === "share" && second !== undefined && parts.length <= 3) {
+    const t = tab(third);
+    if (t) return { page: "share", token: second, tab: t, query };
+  }
+  return { page: "notfound", path };
+}
+
+function decode(part: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    return part;
+  }
+}
+
+export function runHref(runId: string, tab: Tab = "overview", query?: Record<string, string>): string {
+  const base = `#/runs/${encodeURIComponent(runId)}`;
+  return withQuery(tab === "overview" ? base : `${base}/${tab}`, query);
+}
+
+export function withQuery(href: string, query?: Record<string, string>): string {
+  const params = new URLSearchParams(query ?? {}).toString();
+  return params ? `${href}?${params}` : href;
+}
+
+export function navigate(href: string): void {
+  if (location.hash === href) return;
+  location.hash = href;
+}
+
+/** Change the hash without a history entry or a re-render (filters, selections). */
+export function replaceHash(href: string): void {
+  history.replaceState(history.state, "", href);
+}
