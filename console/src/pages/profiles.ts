@@ -81,9 +81,7 @@ export function profilesTab(view: RunView, scope: Scope, query: URLSearchParams)
               h(
                 "td",
                 { class: "actions" },
-                s.dashboardUri && !view.session.shared
-                  ? h("a", { class: "button small", href: s.dashboardUri, target: "_blank", rel: "noopener", testid: "xprof-link" }, "Open in XProf ↗")
-                  : null,
+                s.dashboardUri && !view.session.shared ? xprofLink(s.dashboardUri, view.session.api.token) : null,
                 shareButton(view.session, sessionResource(s.runId, s.sessionId), "profile session"),
               ),
             );
@@ -268,4 +266,27 @@ export function sessionDetail(s: ProfilerSession): HTMLElement {
       ),
     ),
   );
+}
+
+/**
+ * "Open in XProf": XProf is served by the xprof-provisioner on its own origin, which cannot
+ * read this page's token, so the token rides along on the click only (`token=`, which the
+ * provisioner turns into a cookie before redirecting to a clean address); the link shown
+ * and copied never carries it.
+ */
+function xprofLink(dashboardUri: string, token: string): HTMLElement {
+  const link = h(
+    "a",
+    { class: "button small", href: dashboardUri, target: "_blank", rel: "noopener", testid: "xprof-link" },
+    "Open in XProf ↗",
+  );
+  const withToken = (): void => {
+    const url = new URL(dashboardUri, location.href);
+    url.searchParams.set("token", token);
+    link.href = url.toString();
+    setTimeout(() => (link.href = dashboardUri), 0);
+  };
+  link.addEventListener("click", withToken);
+  link.addEventListener("auxclick", withToken);
+  return link;
 }

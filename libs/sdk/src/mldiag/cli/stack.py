@@ -186,6 +186,10 @@ def _ready_table(state: StackState, config: StackConfig) -> str:
         for c in state.components
     ]
     rows.append(("logs", str(config.logs_dir), "", ""))
+    registry = service_spec("run-registry").label
+    api = next((c.url for c in state.components if c.label == registry), None)
+    if api:
+        rows.insert(0, ("console", f"{api.rstrip('/')}/console/", "", "sign in: admin-token"))
     lines = [f"mldiag is up in {seconds} (supervisor pid {state.supervisor_pid})", ""]
     lines += _table(rows)
     for name in state.skipped:

@@ -1,7 +1,8 @@
 """HTTP routes of live updates: server-sent event streams of :class:`RunUpdate` hints.
 
 A stream starts with a ``ready`` event (a client refetches what it shows then: anything that
-changed while it was away), then sends ``update`` events, and a comment every
+changed while it was away), then sends ``update`` events (and ``ready`` again if it fell so
+far behind that hints were dropped), and a comment every
 ``KEEP_ALIVE_SECONDS`` so proxies and browsers keep the connection open. It ends when the
 client leaves or the server stops; clients reconnect.
 """
@@ -24,6 +25,9 @@ router = APIRouter()
 KEEP_ALIVE_SECONDS = 15.0
 RECONNECT_MILLISECONDS = 2000
 
+READY = "event: ready\ndata: {}\n\n"
+"""Refetch everything you show: sent first, and again after hints had to be dropped."""
+
 _HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -43,17 +47,19 @@ RunsDep = Annotated[RunService, Depends(_runs)]
 
 async def _events(request: Request, feed: LiveFeed, run_id: str | None) -> AsyncIterator[str]:
     stopping = stopping_event(request.app)
-    with feed.listening(run_id) as queue:
-        yield f"retry: {RECONNECT_MILLISECONDS}\nevent: ready\ndata: {{}}\n\n"
+    with feed.listening(run_id) as listener:
+        yield f"retry: {RECONNECT_MILLISECONDS}\n{READY}"
         stop = asyncio.ensure_future(stopping.wait())
         try:
             while True:
-                get = asyncio.ensure_future(queue.get())
+                get = asyncio.ensure_future(listener.queue.get())
                 done, _ = await asyncio.wait(
                     {get, stop}, timeout=KEEP_ALIVE_SECONDS, return_when=asyncio.FIRST_COMPLETED
                 )
                 if get in done:
                     yield f"event: update\ndata: {get.result().model_dump_json()}\n\n"
+                    if listener.caught_up_after_missing():
+                        yield READY  # some hints were dropped: refetch everything
                     continue
                 get.cancel()
                 if stop in done or await request.is_disconnected():

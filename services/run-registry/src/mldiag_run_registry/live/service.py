@@ -10,6 +10,7 @@ Every replica hears every hint, whichever stored the data.
 import asyncio
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 
 import structlog
 from nats.aio.subscription import Subscription
@@ -22,8 +23,34 @@ from mldiag_schemas.sharing import RunUpdate, RunUpdateKind
 log = structlog.get_logger(__name__)
 
 LISTENER_BACKLOG = 256
-"""Hints a slow browser may fall behind by before newer ones are dropped (each is only a
-reason to refetch, so dropping some of a burst loses nothing)."""
+"""Hints a slow browser may fall behind by; past that they are dropped and the stream tells
+it to refetch everything once it has caught up."""
+
+
+@dataclass(eq=False)  # one per stream, kept in a set by identity
+class Listener:
+    """One open stream: the hints waiting for it, and whether some had to be dropped."""
+
+    run_id: str | None
+    queue: asyncio.Queue[RunUpdate] = field(default_factory=lambda: asyncio.Queue(LISTENER_BACKLOG))
+    missed: bool = False
+
+    def offer(self, update: RunUpdate) -> None:
+        """Queue a hint this stream wants, or remember that one was dropped."""
+        wanted = update.run_id == self.run_id if self.run_id else update.kind is RunUpdateKind.RUN
+        if not wanted:
+            return
+        if self.queue.full():
+            self.missed = True
+        else:
+            self.queue.put_nowait(update)
+
+    def caught_up_after_missing(self) -> bool:
+        """True once, when every queued hint was sent after some were dropped."""
+        if self.missed and self.queue.empty():
+            self.missed = False
+            return True
+        return False
 
 
 class LiveFeed:
@@ -31,7 +58,7 @@ class LiveFeed:
 
     def __init__(self, bus: Bus) -> None:
         self._bus = bus
-        self._listeners: dict[asyncio.Queue[RunUpdate], str | None] = {}
+        self._listeners: set[Listener] = set()
         self._subscriptions: list[Subscription] = []
 
     async def start(self) -> None:
@@ -69,14 +96,14 @@ class LiveFeed:
                 log.warning("live.announce_failed", run_id=run_id, kind=kind.value, exc_info=True)
 
     @contextmanager
-    def listening(self, run_id: str | None) -> Iterator[asyncio.Queue[RunUpdate]]:
-        """A queue of the hints about ``run_id`` (every run's ``run`` hints when None)."""
-        queue: asyncio.Queue[RunUpdate] = asyncio.Queue(LISTENER_BACKLOG)
-        self._listeners[queue] = run_id
+    def listening(self, run_id: str | None) -> Iterator[Listener]:
+        """A listener to the hints about ``run_id`` (every run's ``run`` hints when None)."""
+        listener = Listener(run_id)
+        self._listeners.add(listener)
         try:
-            yield queue
+            yield listener
         finally:
-            self._listeners.pop(queue, None)
+            self._listeners.discard(listener)
 
     @property
     def listeners(self) -> int:
@@ -84,10 +111,8 @@ class LiveFeed:
         return len(self._listeners)
 
     def _dispatch(self, update: RunUpdate) -> None:
-        for queue, run_id in self._listeners.items():
-            wanted = update.run_id == run_id if run_id else update.kind is RunUpdateKind.RUN
-            if wanted and not queue.full():
-                queue.put_nowait(update)
+        for listener in self._listeners:
+            listener.offer(update)
 
     async def _on_update(self, _subject: str, payload: bytes) -> None:
         try:
