@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: printing, free ports, and the services as processes.
+"""What the benchmark scripts share: printing, free ports, the services as processes, and
+percentiles and the clean-up of a namespace's streams.
 
 Benchmarks run as scripts (``.venv/bin/python benchmarks/NAME.py``), so their own folder is
 on ``sys.path`` and ``import _support`` finds this file.
@@ -10,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -54,3 +55,31 @@ def process(args: list[str], env: dict[str, str], log: Path) -> Iterator[subproc
                 proc.wait(15)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0 to 100) of ``samples``, linear between the closest ranks."""
+    ordered = sorted(samples)
+    if not ordered:
+        raise ValueError("no samples")
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+async def drop_streams(nats_url: str, namespace: str) -> None:
+    """Delete the JetStream streams of ``namespace``: its streams (``NAMESPACE_*``) and its
+    key-value buckets (``KV_namespace_*``, e.g. the token directory)."""
+    import nats  # noqa: PLC0415  # only the scripts that start services need it
+
+    prefixes = (namespace.upper() + "_", f"KV_{namespace}_")
+    client = await nats.connect(nats_url)
+    try:
+        js = client.jetstream()
+        for info in await js.streams_info():
+            name = info.config.name or ""
+            if name.startswith(prefixes):
+                await js.delete_stream(name)
+    finally:
+        await client.close()
