@@ -1,7 +1,7 @@
 // Bundles the console into the run-registry's static directory (served at /console/).
 //   node build.mjs            one production build
 //   node build.mjs --watch    rebuild on every change (see dev.mjs for a server)
-import { copyFile, mkdir, rm } from "node:fs/promises";
+import { copyFile, mkdir, rename, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import * as esbuild from "esbuild";
@@ -11,10 +11,10 @@ export const outdir = join(
   here, "..", "services", "run-registry", "src", "mldiag_run_registry", "console", "static",
 );
 
-/** @type {esbuild.BuildOptions} */
-const options = {
+/** @type {(dir: string) => esbuild.BuildOptions} */
+const options = (dir) => ({
   entryPoints: { app: join(here, "src", "main.ts") },
-  outdir,
+  outdir: dir,
   bundle: true,
   format: "esm",
   target: ["es2022", "chrome110", "firefox115", "safari16"],
@@ -27,18 +27,29 @@ const options = {
       name: "index-html",
       setup(build) {
         build.onEnd(async (result) => {
-          if (result.errors.length === 0) await copyFile(join(here, "index.html"), join(outdir, "index.html"));
+          if (result.errors.length === 0) await copyFile(join(here, "index.html"), join(dir, "index.html"));
         });
       },
     },
   ],
-};
+});
 
-await rm(outdir, { recursive: true, force: true });
-await mkdir(outdir, { recursive: true });
 if (process.argv.includes("--watch")) {
-  const context = await esbuild.context(options);
+  await mkdir(outdir, { recursive: true });
+  const context = await esbuild.context(options(outdir));
   await context.watch();
 } else {
-  await esbuild.build(options);
+  // Build beside the served directory, then swap it in: a registry serving the console
+  // never finds it missing or half-written.
+  const next = `${outdir}.next`;
+  const old = `${outdir}.old`;
+  await rm(next, { recursive: true, force: true });
+  await mkdir(next, { recursive: true });
+  await esbuild.build(options(next));
+  await rm(old, { recursive: true, force: true });
+  await rename(outdir, old).catch((error) => {
+    if (error.code !== "ENOENT") throw error;
+  });
+  await rename(next, outdir);
+  await rm(old, { recursive: true, force: true });
 }

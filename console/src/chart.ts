@@ -351,6 +351,10 @@ export class MetricChart {
         x: {
           time,
           range: (_u, min, max) => {
+            // uPlot widens a lone x on a time scale by 86400 / ms (1000 days in seconds).
+            const xs = this.built?.data[0];
+            const lone = xs?.length === 1 ? xs[0] : undefined;
+            if (typeof lone === "number") min = max = lone;
             const extent = this.zoom ? null : this.options.xExtent?.();
             if (extent) return [Math.min(min, extent[0]), Math.max(max, extent[1])];
             if (min === max) return [min - 1, max + 1];
@@ -364,6 +368,8 @@ export class MetricChart {
           grid: { stroke: "#eef0f3", width: 1 },
           ticks: { stroke: "#e5e7eb", width: 1 },
           ...(time ? {} : { values: (_u: uPlot, splits: number[]) => splits.map(formatTick) }),
+          // Time labels (":38.500") are wider than step numbers: space them out.
+          space: time ? 90 : 50,
           font: "11px system-ui, sans-serif",
         },
         {

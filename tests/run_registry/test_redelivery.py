@@ -11,6 +11,7 @@ from mldiag_platform.bus import Bus, Delivery, connect_bus
 from mldiag_platform.database import apply_migrations, create_pool, load_migrations
 from mldiag_platform.outbox import Outbox, outbox_migrations
 from mldiag_platform.settings import DatabaseSettings, NatsSettings
+from mldiag_run_registry.live.service import LiveFeed
 from mldiag_run_registry.metrics.handlers import MetricsBusHandler, metrics_consumer
 from mldiag_run_registry.metrics.repository import MetricsRepository
 from mldiag_run_registry.metrics.service import MetricsService
@@ -47,7 +48,7 @@ async def _check_stored_once(bus: Bus, pool: asyncpg.Pool, db_schema: str, fail:
     run_repository = RunRepository(pool, outbox)
     runs = RunService(run_repository, outbox)
     real = MetricsBusHandler(
-        MetricsService(MetricsRepository(pool, db_schema), runs, run_repository)
+        MetricsService(MetricsRepository(pool, db_schema), runs, run_repository), LiveFeed(bus)
     )
     deliveries_seen: list[int] = []
 
