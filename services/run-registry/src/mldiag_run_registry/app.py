@@ -2,6 +2,7 @@
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import timedelta
 
 import structlog
 from fastapi import FastAPI
@@ -33,6 +34,7 @@ from mldiag_run_registry.operations import handlers as operations_handlers
 from mldiag_run_registry.operations.repository import OperationsRepository
 from mldiag_run_registry.operations.service import OperationsService
 from mldiag_run_registry.profiles import handlers as profiles_handlers
+from mldiag_run_registry.profiles.deadlines import CaptureDeadlines, sweeping
 from mldiag_run_registry.profiles.repository import ProfilesRepository
 from mldiag_run_registry.profiles.service import ProfilesService
 from mldiag_run_registry.runs import handlers as runs_handlers
@@ -105,6 +107,21 @@ def _consume(
     bus.consume(profiles_handlers.SESSIONS_CONSUMER, profiles_bus.on_sessions)
 
 
+async def _sweep(
+    stack: AsyncExitStack,
+    settings: RunRegistrySettings,
+    outbox: Outbox,
+    profiles_repository: ProfilesRepository,
+    profiles: ProfilesService,
+) -> None:
+    """Start the periodic work that lasts as long as ``stack``: the outbox's sweep of staged
+    messages, and the failing of captures nobody finished."""
+    await stack.enter_async_context(running_sweeper(outbox))
+    grace = timedelta(seconds=settings.capture_grace_seconds)
+    deadlines = CaptureDeadlines(profiles_repository, profiles, grace)
+    await stack.enter_async_context(sweeping(deadlines, settings.capture_sweep_seconds))
+
+
 def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
     """Build the registry app; connections open in its lifespan, not here."""
     settings = settings or RunRegistrySettings()
@@ -142,8 +159,9 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             heartbeats = HeartbeatsService(HeartbeatsRepository(pool), runs)
             goodput = GoodputService(GoodputRepository(pool), runs, events)
             monitoring = MonitoringService(MonitoringRepository(pool, outbox), outbox)
+            profiles_repository = ProfilesRepository(pool, outbox, operations)
             profiles = ProfilesService(
-                ProfilesRepository(pool, outbox, operations),
+                profiles_repository,
                 runs,
                 run_repository,
                 outbox,
@@ -164,17 +182,22 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             _consume(bus, settings, runs, metrics, events, heartbeats, profiles, live)
             await bus.start()
             await outbox.flush()  # whatever a crash left staged
-            await stack.enter_async_context(running_sweeper(outbox))
+            await _sweep(stack, settings, outbox, profiles_repository, profiles)
 
             app.state.runs, app.state.metrics, app.state.events = runs, metrics, events
             app.state.heartbeats = heartbeats
             app.state.goodput, app.state.monitoring = goodput, monitoring
             app.state.profiles = profiles
             app.state.operations = OperationsService(operations)
-            app.state.tokens_service = tokens
-            app.state.tokens = SharingAuthorizer(directory, shares)
-            app.state.shares, app.state.live = shares, live
-            app.state.public_url = settings.public_url
+            app.state.tokens_service, app.state.tokens = (
+                tokens,
+                SharingAuthorizer(directory, shares),
+            )
+            app.state.shares, app.state.live, app.state.public_url = (
+                shares,
+                live,
+                settings.public_url,
+            )
             checks.update(nats=bus.healthy, database=lambda: database_ok(pool))
             stack.callback(checks.clear)
             yield

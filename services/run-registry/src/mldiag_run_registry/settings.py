@@ -29,6 +29,15 @@ class RunRegistrySettings(BaseSettings):
         description="Base URL of managed XProf (the provisioner's proxy): sessions' dashboard"
         " links point there.",
     )
+    capture_grace_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="How long past its trace length a capture may stay unanswered by the"
+        " xprof-provisioner before it fails as `capture_timed_out`.",
+    )
+    capture_sweep_seconds: float = Field(
+        default=10.0, gt=0, description="How often pending captures are checked."
+    )
     public_url: str = Field(
         default="",
         description="Base URL browsers reach the API and console at (behind a proxy, say);"

@@ -14,7 +14,11 @@ import asyncpg
 
 from mldiag_platform.outbox import Outbox
 from mldiag_run_registry.filtering import Comparison, Expr, render_where
-from mldiag_run_registry.operations.repository import OperationsRepository, split_operation_name
+from mldiag_run_registry.operations.repository import (
+    OperationsRepository,
+    operation_name,
+    split_operation_name,
+)
 from mldiag_run_registry.profiles.merge import SessionState
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.operations import Operation, OperationError
@@ -182,6 +186,16 @@ def _comparison(expr: Comparison, params: list[object]) -> str:
     return f"({column} {expr.op} {placeholder})"
 
 
+@dataclass(frozen=True)
+class PendingCapture:
+    """A capture operation not finished yet."""
+
+    operation: str
+    run_id: str
+    session_id: str
+    create_time: datetime
+
+
 class ProfilesRepository:
     """Sessions (with their hosts) and targets, keyed by run."""
 
@@ -303,6 +317,28 @@ class ProfilesRepository:
             [host.error for host in hosts],
             [state.host_times.get(host.host, session.update_time) for host in hosts],
         )
+
+    async def pending_captures(self, created_before: datetime) -> list[PendingCapture]:
+        """Capture operations created before a time and still not done, oldest first."""
+        rows = await self._pool.fetch(
+            "SELECT project, location, operation_id, target, create_time FROM operations"
+            " WHERE verb = 'capture' AND NOT done AND create_time < $1"
+            " ORDER BY create_time LIMIT 1000",
+            created_before,
+        )
+        pending = []
+        for row in rows:
+            # The target is the session's name: .../machineLearningRuns/{run}/profilerSessions/{s}
+            parts = row["target"].split("/")
+            pending.append(
+                PendingCapture(
+                    operation=operation_name(row["project"], row["location"], row["operation_id"]),
+                    run_id=parts[-3],
+                    session_id=parts[-1],
+                    create_time=row["create_time"],
+                )
+            )
+        return pending
 
     async def get_session(self, run_id: str, session_id: str) -> SessionState | None:
         """One session of a run."""
