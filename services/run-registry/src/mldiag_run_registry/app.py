@@ -34,6 +34,7 @@ from mldiag_run_registry.operations import handlers as operations_handlers
 from mldiag_run_registry.operations.repository import OperationsRepository
 from mldiag_run_registry.operations.service import OperationsService
 from mldiag_run_registry.profiles import handlers as profiles_handlers
+from mldiag_run_registry.profiles.captures import CapturesService
 from mldiag_run_registry.profiles.deadlines import CaptureDeadlines, sweeping
 from mldiag_run_registry.profiles.repository import ProfilesRepository
 from mldiag_run_registry.profiles.service import ProfilesService
@@ -87,6 +88,7 @@ def _consume(
     events: EventsService,
     heartbeats: HeartbeatsService,
     profiles: ProfilesService,
+    captures: CapturesService,
     live: LiveFeed,
 ) -> None:
     """Every durable consumer the registry runs, with its handler."""
@@ -102,7 +104,7 @@ def _consume(
         heartbeats_handlers.HEARTBEATS_CONSUMER,
         heartbeats_handlers.HeartbeatsBusHandler(heartbeats).on_heartbeats,
     )
-    profiles_bus = profiles_handlers.ProfilesBusHandler(profiles)
+    profiles_bus = profiles_handlers.ProfilesBusHandler(profiles, captures)
     bus.consume(profiles_handlers.CAPTURE_REQUESTS_CONSUMER, profiles_bus.on_capture_requests)
     bus.consume(profiles_handlers.SESSIONS_CONSUMER, profiles_bus.on_sessions)
 
@@ -112,13 +114,13 @@ async def _sweep(
     settings: RunRegistrySettings,
     outbox: Outbox,
     profiles_repository: ProfilesRepository,
-    profiles: ProfilesService,
+    captures: CapturesService,
 ) -> None:
     """Start the periodic work that lasts as long as ``stack``: the outbox's sweep of staged
     messages, and the failing of captures nobody finished."""
     await stack.enter_async_context(running_sweeper(outbox))
     grace = timedelta(seconds=settings.capture_grace_seconds)
-    deadlines = CaptureDeadlines(profiles_repository, profiles, grace)
+    deadlines = CaptureDeadlines(profiles_repository, captures, grace)
     await stack.enter_async_context(sweeping(deadlines, settings.capture_sweep_seconds))
 
 
@@ -168,6 +170,9 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
                 storage_root=settings.storage.url,
                 xprof_url=settings.xprof_url,
             )
+            captures = CapturesService(
+                profiles_repository, runs, outbox, profiles, storage_root=settings.storage.url
+            )
 
             key = settings.share_link_key
             shares = ShareLinksService(
@@ -179,15 +184,15 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             )
             await shares.start()
 
-            _consume(bus, settings, runs, metrics, events, heartbeats, profiles, live)
+            _consume(bus, settings, runs, metrics, events, heartbeats, profiles, captures, live)
             await bus.start()
             await outbox.flush()  # whatever a crash left staged
-            await _sweep(stack, settings, outbox, profiles_repository, profiles)
+            await _sweep(stack, settings, outbox, profiles_repository, captures)
 
             app.state.runs, app.state.metrics, app.state.events = runs, metrics, events
             app.state.heartbeats = heartbeats
             app.state.goodput, app.state.monitoring = goodput, monitoring
-            app.state.profiles = profiles
+            app.state.profiles, app.state.captures = profiles, captures
             app.state.operations = OperationsService(operations)
             app.state.tokens_service, app.state.tokens = (
                 tokens,

@@ -16,8 +16,8 @@ from datetime import UTC, datetime, timedelta
 
 import structlog
 
+from mldiag_run_registry.profiles.captures import CapturesService
 from mldiag_run_registry.profiles.repository import ProfilesRepository
-from mldiag_run_registry.profiles.service import ProfilesService
 from mldiag_schemas.profiling import ProfileCaptureFinished, ProfilerSessionPhase
 
 log = structlog.get_logger(__name__)
@@ -29,10 +29,10 @@ class CaptureDeadlines:
     """Finds pending captures past their deadline and fails them."""
 
     def __init__(
-        self, repository: ProfilesRepository, profiles: ProfilesService, grace: timedelta
+        self, repository: ProfilesRepository, captures: CapturesService, grace: timedelta
     ) -> None:
         self._repository = repository
-        self._profiles = profiles
+        self._captures = captures
         self._grace = grace
 
     async def sweep(self, now: datetime | None = None) -> int:
@@ -51,7 +51,7 @@ class CaptureDeadlines:
                 for host in (session.hosts if session else [])
                 if host.phase is ProfilerSessionPhase.ACTIVE
             ]
-            await self._profiles.on_capture_finished(
+            await self._captures.on_capture_finished(
                 ProfileCaptureFinished(
                     run_id=pending.run_id,
                     session_id=pending.session_id,

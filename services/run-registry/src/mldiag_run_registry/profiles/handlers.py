@@ -1,5 +1,6 @@
-"""HTTP routes of a run's profiler sessions and targets (``:report``, ``:capture``, lists),
-and the consumers of capture requests, session reports and finished captures."""
+"""HTTP routes of a run's profiler sessions and targets (``:report``, lists: the
+:class:`ProfilesService`) and of ``:capture`` (the :class:`CapturesService`), and the consumers
+of capture requests, session reports and finished captures."""
 
 from typing import Annotated
 
@@ -7,6 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.http import ContractResponse, read_body
+from mldiag_run_registry.profiles.captures import CapturesService
 from mldiag_run_registry.profiles.service import ProfilesService
 from mldiag_run_registry.resources import ParentDep, route
 from mldiag_schemas import bus
@@ -32,7 +34,13 @@ def _service(request: Request) -> ProfilesService:
     return service
 
 
+def _captures(request: Request) -> CapturesService:
+    captures: CapturesService = request.app.state.captures
+    return captures
+
+
 ServiceDep = Annotated[ProfilesService, Depends(_service)]
+CapturesDep = Annotated[CapturesService, Depends(_captures)]
 FilterQuery = Annotated[str, Query(alias="filter")]
 PageSizeQuery = Annotated[int | None, Query(alias="pageSize")]
 PageTokenQuery = Annotated[str, Query(alias="pageToken")]
@@ -50,12 +58,12 @@ async def report_session(
 
 @route(router, "POST", SESSIONS + ":capture", Permission.PROFILER_SESSIONS_CREATE)
 async def capture(
-    run_id: str, request: Request, parent: ParentDep, service: ServiceDep
+    run_id: str, request: Request, parent: ParentDep, captures: CapturesDep
 ) -> Response:
     """Capture the run's targets; answers the pending capture operation (its target is the
     session), done once the xprof-provisioner has captured."""
     body = await read_body(request, CaptureProfileRequest)
-    operation = await service.capture(parent.project, parent.location, run_id, body)
+    operation = await captures.capture(parent.project, parent.location, run_id, body)
     return ContractResponse(operation)
 
 
@@ -131,15 +139,16 @@ SESSIONS_CONSUMER = ConsumerSpec(
 class ProfilesBusHandler:
     """Applies each message on its own, in order (each is its own transaction)."""
 
-    def __init__(self, service: ProfilesService) -> None:
+    def __init__(self, service: ProfilesService, captures: CapturesService) -> None:
         self._service = service
+        self._captures = captures
 
     async def on_capture_requests(
         self, deliveries: list[Delivery[ProfileCaptureRequested]]
     ) -> None:
         """Start the captures asked for (a redelivered request starts nothing)."""
         for delivery in deliveries:
-            await self._service.on_capture_requested(delivery.message)
+            await self._captures.on_capture_requested(delivery.message)
 
     async def on_sessions(self, deliveries: list[Delivery[Envelope]]) -> None:
         """Merge session reports and finish captures; other message types are ignored."""
@@ -148,4 +157,4 @@ class ProfilesBusHandler:
             if isinstance(message, ProfilerSessionReported):
                 await self._service.on_session_reported(message)
             elif isinstance(message, ProfileCaptureFinished):
-                await self._service.on_capture_finished(message)
+                await self._captures.on_capture_finished(message)
