@@ -1,5 +1,10 @@
-"""XProf instances: admitting, copying sessions, bringing up, syncing, recycling, reaping
-and stopping them.
+"""XProf instances as a set: admitting them (the instance limit, ports), finding the one that
+serves some runs, the requests on them (start, open a session, get, list, stop, a proxied
+request's lease), syncing sessions that land later into them, and the housekeeping that
+recycles, stops and forgets them (the reaper).
+
+Each instance's own transitions (bringing it up, a recycle's restart, a crash, a stop and its
+teardown, the announcements) are carried out by ``lifecycle.py``; this module decides when.
 
 No HTTP, no bus client and no process handling here: the provisioner depends on small
 protocols (an object store, a message publisher, an XProf launcher) that ``app.py`` fills in.
@@ -16,7 +21,6 @@ process left on disk.
 import asyncio
 import re
 import shutil
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -24,16 +28,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 import structlog
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Gauge
 
 from mldiag_platform.bus import MessagePublisher
-from mldiag_platform.errors import MldiagError
 from mldiag_platform.storage import ObjectStore
 from mldiag_schemas.ids import is_run_id
 from mldiag_schemas.profiling import (
     SESSION_ID_PATTERN,
     XProfInstance,
-    XProfInstanceChanged,
     XProfInstanceState,
     session_prefix,
 )
@@ -49,7 +51,8 @@ from mldiag_xprof_provisioner.errors import (
     XProfStartFailed,
 )
 from mldiag_xprof_provisioner.instances import copies
-from mldiag_xprof_provisioner.instances.backend import LaunchSpec, XProfLauncher, XProfProcess
+from mldiag_xprof_provisioner.instances.backend import XProfLauncher
+from mldiag_xprof_provisioner.instances.lifecycle import ACTIVE_STATES, InstanceLifecycle
 from mldiag_xprof_provisioner.instances.records import InstanceRecord, Lease
 from mldiag_xprof_provisioner.settings import XProfProvisionerSettings
 
@@ -58,18 +61,6 @@ log = structlog.get_logger(__name__)
 INSTANCES_ACTIVE = Gauge(
     "mldiag_xprof_instances_active", "XProf instances starting or running (holding ports)."
 )
-INSTANCE_START_SECONDS = Histogram(
-    "mldiag_xprof_instance_start_seconds",
-    "From request to a RUNNING instance: copying sessions and XProf's start-up.",
-    buckets=(0.5, 1, 2, 5, 10, 30, 60, 120),
-)
-INSTANCE_RECYCLES = Counter(
-    "mldiag_xprof_instance_recycles_total",
-    "XProf processes restarted for passing their memory cap.",
-)
-ACTIVE_STATES = frozenset({XProfInstanceState.STARTING, XProfInstanceState.RUNNING})
-LOG_FILE = "xprof.log"
-"""Inside each instance directory: XProf's stdout and stderr."""
 PROXY_PREFIX = "/xprof"
 """Where the proxy serves instances: ``/xprof/<instance id>/<XProf path>``."""
 UI_PATH = "data/plugin/profile/"
@@ -127,13 +118,15 @@ class XProfProvisioner:
     ) -> None:
         self._settings = settings
         self._store = store
-        self._publisher = publisher
         self._launcher = launcher
         self._clock = clock
         self._work_dir = settings.work_dir.resolve()
         self._instances: dict[str, InstanceRecord] = {}
         self._reserved_ports: set[int] = set()
         self._stop_listeners: list[Callable[[str], None]] = []
+        self._lifecycle = InstanceLifecycle(
+            settings, store, publisher, launcher, clock, on_ended=self._ended
+        )
 
     @property
     def work_dir(self) -> Path:
@@ -156,18 +149,19 @@ class XProfProvisioner:
             raise InvalidRunId("name at least one run to serve")
         existing = self._active_serving(wanted)
         if existing is not None:
-            await self._refresh(existing)  # a crashed XProf must not be handed out again
+            await self._lifecycle.refresh(existing)  # a crashed XProf must not be handed out again
             existing = self._active_serving(wanted)
-        # From here to create_task nothing awaits: two requests for one run cannot both admit.
+        # From here until the lifecycle has the start under way nothing awaits: two requests
+        # for one run cannot both admit.
         if existing is None:
             record = self._admit(wanted)
-            record.startup = _watched(asyncio.create_task(self._bring_up(record)))
+            self._lifecycle.start(record, self._url(record))
             created = True
         else:
             record = existing
             record.last_access_time = self._clock()
             created = False
-        await self._settled(record)
+        await self._lifecycle.settled(record)
         if record.state is XProfInstanceState.FAILED:
             raise XProfStartFailed(
                 f"XProf for runs {', '.join(wanted)} did not start: {record.error}",
@@ -200,29 +194,29 @@ class XProfProvisioner:
     async def get(self, instance_id: str) -> XProfInstance:
         """One instance; reading it counts as use, so it postpones the idle stop."""
         record = self._record(instance_id)
-        await self._refresh(record)
+        await self._lifecycle.refresh(record)
         record.last_access_time = self._clock()
         return record.snapshot()
 
     async def list_instances(self) -> list[XProfInstance]:
         """Every instance still remembered, oldest first (listing is not use)."""
         records = list(self._instances.values())
-        await asyncio.gather(*(self._refresh(record) for record in records))
+        await asyncio.gather(*(self._lifecycle.refresh(record) for record in records))
         return [record.snapshot() for record in sorted(records, key=lambda r: r.create_time)]
 
     async def stop(self, instance_id: str) -> XProfInstance:
         """Stop an instance and delete its copy; stopping a stopped one changes nothing."""
         record = self._record(instance_id)
-        await self._stop(record, reason="requested")
+        await self._lifecycle.stop(record, reason="requested")
         return record.snapshot()
 
     async def acquire(self, instance_id: str) -> Lease:
         """Hold a RUNNING instance for one proxied request (waiting out a start or a
         recycle); raise :class:`InstanceNotRunning` for one that stopped or failed."""
         record = self._record(instance_id)
-        await self._refresh(record)
+        await self._lifecycle.refresh(record)
         if record.state is XProfInstanceState.STARTING:
-            await self._settled(record)
+            await self._lifecycle.settled(record)
         if record.state is not XProfInstanceState.RUNNING or record.stopping is not None:
             raise InstanceNotRunning(
                 f"XProf instance {instance_id!r} is {record.state.value}: open the session"
@@ -253,7 +247,7 @@ class XProfProvisioner:
         copied = 0
         for record in records:
             # A starting instance may have listed the store before this session landed.
-            await self._settled(record)
+            await self._lifecycle.settled(record)
             if record.state is XProfInstanceState.RUNNING and record.stopping is None:
                 copied += await copies.copy_session(
                     self._store, record, run_id, session_id, replace
@@ -279,7 +273,7 @@ class XProfProvisioner:
         idle_after = self._settings.idle_timeout_seconds
         idle: list[InstanceRecord] = []
         for record in list(self._instances.values()):
-            await self._refresh(record)
+            await self._lifecycle.refresh(record)
             if record.state is XProfInstanceState.RUNNING and record.stopping is None:
                 self._measure(record)
                 if record.in_flight:
@@ -287,12 +281,12 @@ class XProfProvisioner:
                 if (now - record.last_access_time).total_seconds() > idle_after:
                     idle.append(record)
                 elif self._over_cap(record):
-                    self._recycle(record)
+                    self._lifecycle.recycle(record)
             elif (
                 record.end_time is not None and (now - record.end_time).total_seconds() > idle_after
             ):
                 del self._instances[record.instance_id]
-        await asyncio.gather(*(self._stop(record, reason="idle") for record in idle))
+        await asyncio.gather(*(self._lifecycle.stop(record, reason="idle") for record in idle))
 
     async def run_reaper(self) -> None:
         """Reap forever (until cancelled), a few times per idle timeout and at least every
@@ -311,7 +305,9 @@ class XProfProvisioner:
     async def close(self) -> None:
         """Stop every instance: no XProf outlives the service."""
         records = [r for r in self._instances.values() if r.state in ACTIVE_STATES]
-        await asyncio.gather(*(self._stop(record, reason="shutdown") for record in records))
+        await asyncio.gather(
+            *(self._lifecycle.stop(record, reason="shutdown") for record in records)
+        )
 
     # -- internals ------------------------------------------------------------------------
 
@@ -370,53 +366,6 @@ class XProfProvisioner:
     def _url(self, record: InstanceRecord) -> str:
         return f"{self._settings.base_url}{PROXY_PREFIX}/{record.instance_id}/{UI_PATH}"
 
-    async def _bring_up(self, record: InstanceRecord) -> None:
-        started = time.perf_counter()
-        await self._announce(record)
-        try:
-            files, size = await copies.copy_runs(self._store, record)
-            await self._launch(record)
-        except Exception as exc:  # noqa: BLE001  # whatever went wrong is the instance's FAILED reason
-            await self._fail(record, exc)
-            return
-        record.state = XProfInstanceState.RUNNING
-        record.url = self._url(record)
-        elapsed = time.perf_counter() - started
-        INSTANCE_START_SECONDS.observe(elapsed)
-        record.log.info(
-            "xprof.instance.running",
-            port=record.port,
-            pid=record.process.pid if record.process else None,
-            files=files,
-            bytes=size,
-            duration_ms=round(elapsed * 1000, 1),
-        )
-        await self._announce(record)
-
-    async def _launch(self, record: InstanceRecord) -> None:
-        spec = LaunchSpec(
-            logdir=record.logdir, port=record.port, log_path=record.directory / LOG_FILE
-        )
-        record.process = await self._launcher.launch(spec)
-        await self._wait_ready(record, record.process)
-        record.memory_bytes = record.process.memory_bytes()
-
-    async def _fail(self, record: InstanceRecord, exc: Exception) -> None:
-        reason = exc.message if isinstance(exc, MldiagError) else f"{type(exc).__name__}: {exc}"
-        record.log.warning("xprof.instance.start_failed", error=reason)
-        await self._teardown(record, XProfInstanceState.FAILED, reason)
-
-    async def _wait_ready(self, record: InstanceRecord, process: XProfProcess) -> None:
-        limit = self._settings.startup_timeout_seconds
-        try:
-            async with asyncio.timeout(limit):
-                await process.wait_ready()
-        except TimeoutError:
-            raise XProfStartFailed(
-                f"XProf did not answer on port {record.port} within {limit:g} s. "
-                f"Log tail:\n{process.log_tail()}"
-            ) from None
-
     def _measure(self, record: InstanceRecord) -> None:
         if record.process is not None:
             record.memory_bytes = record.process.memory_bytes()
@@ -425,128 +374,9 @@ class XProfProvisioner:
         limit = record.memory_limit_bytes
         return limit > 0 and record.memory_bytes > limit
 
-    def _recycle(self, record: InstanceRecord) -> None:
-        """Restart a RUNNING instance's XProf on the same logdir and port, keeping its id.
-
-        XProf never returns the memory a large trace took, so the only way back under the
-        cap is a fresh process; the caches it wrote stay in the logdir, so nothing already
-        converted is converted again. It is called only while no request is in flight: a
-        restart under a request would cut its answer, and the request itself is what grows
-        the memory, so right after it is the moment to recycle.
-        """
-        record.log.info(
-            "xprof.instance.recycling",
-            memory_bytes=record.memory_bytes,
-            memory_limit_bytes=record.memory_limit_bytes,
-        )
-        record.state = XProfInstanceState.STARTING
-        record.startup = _watched(asyncio.create_task(self._restart(record)))
-
-    async def _restart(self, record: InstanceRecord) -> None:
-        started = time.perf_counter()
-        await self._announce(record)
-        try:
-            if record.process is not None:
-                await record.process.stop(self._settings.stop_grace_seconds)
-            await self._launch(record)
-        except Exception as exc:  # noqa: BLE001  # whatever went wrong is the instance's FAILED reason
-            await self._fail(record, exc)
-            return
-        record.recycles += 1
-        INSTANCE_RECYCLES.inc()
-        record.state = XProfInstanceState.RUNNING
-        record.log.info(
-            "xprof.instance.recycled",
-            recycles=record.recycles,
-            memory_bytes=record.memory_bytes,
-            duration_ms=round((time.perf_counter() - started) * 1000, 1),
-        )
-        await self._announce(record)
-
-    async def _refresh(self, record: InstanceRecord) -> None:
-        """Notice an XProf that died on its own: it is FAILED, with its last words."""
-        process = record.process
-        if (
-            record.state is not XProfInstanceState.RUNNING
-            or record.stopping is not None
-            or process is None
-            or process.returncode is None
-        ):
-            return
-        reason = f"XProf exited with status {process.returncode}. Log tail:\n{process.log_tail()}"
-        record.log.warning("xprof.instance.crashed", status=process.returncode)
-        record.stopping = _watched(
-            asyncio.create_task(self._teardown(record, XProfInstanceState.FAILED, reason))
-        )
-        await asyncio.wait({record.stopping})
-
-    async def _stop(self, record: InstanceRecord, reason: str) -> None:
-        if record.stopping is None:
-            if record.state not in ACTIVE_STATES:
-                return
-            record.stopping = _watched(asyncio.create_task(self._shut_down(record, reason)))
-        await asyncio.wait({record.stopping})
-
-    async def _shut_down(self, record: InstanceRecord, reason: str) -> None:
-        startup = record.startup
-        if startup is not None and not startup.done():
-            startup.cancel()
-            await asyncio.wait({startup})
-        if record.state in ACTIVE_STATES:
-            record.log.info("xprof.instance.stopping", reason=reason)
-            await self._teardown(record, XProfInstanceState.STOPPED, "")
-
-    async def _settled(self, record: InstanceRecord) -> None:
-        """Wait for a pending start (or recycle), then for a stop that may have begun."""
-        if record.startup is not None:
-            await asyncio.wait({record.startup})
-        if record.stopping is not None:
-            await asyncio.wait({record.stopping})
-
-    async def _teardown(
-        self, record: InstanceRecord, state: XProfInstanceState, error: str
-    ) -> None:
-        """Stop the process, delete the copy, free the port, record and announce ``state``.
-
-        Every step tolerates its work having been half done by an interrupted teardown.
-        """
-        status = None
-        if record.process is not None:
-            status = await record.process.stop(self._settings.stop_grace_seconds)
-        # No copy's write may land after the delete: none starts from now, and the ones in
-        # threads (a cancelled start's, a sync's) finish first.
-        record.closing = True
-        if record.writes:
-            await asyncio.wait(set(record.writes))
-        await asyncio.to_thread(shutil.rmtree, record.directory, ignore_errors=True)
+    def _ended(self, record: InstanceRecord) -> None:
+        # The lifecycle's teardown is done with the process: the port and the slot are free.
         self._reserved_ports.discard(record.port)
-        record.state = state
-        record.error = error
-        record.url = ""
-        record.memory_bytes = 0
-        record.end_time = self._clock()
         INSTANCES_ACTIVE.set(self._active_count())
         for listener in self._stop_listeners:
             listener(record.instance_id)
-        record.log.info("xprof.instance.stopped", state=state.value, exit_status=status)
-        await self._announce(record)
-
-    async def _announce(self, record: InstanceRecord) -> None:
-        message = XProfInstanceChanged(instance=record.snapshot(), occurred_at=self._clock())
-        try:
-            await self._publisher.publish_many([message])
-        except Exception as exc:  # noqa: BLE001  # the in-memory state is the truth; the message is news
-            record.log.warning(
-                "xprof.instance.announce_failed", state=record.state.value, error=repr(exc)
-            )
-
-
-def _watched(task: "asyncio.Task[None]") -> "asyncio.Task[None]":
-    """Log a start or stop task that crashed: callers wait on it but never read its result."""
-
-    def report(done: "asyncio.Task[None]") -> None:
-        if not done.cancelled() and (exc := done.exception()) is not None:
-            log.error("xprof.instance.task_crashed", task=done.get_name(), exc_info=exc)
-
-    task.add_done_callback(report)
-    return task
