@@ -6,7 +6,6 @@ or the embedded binaries ``mldiag up`` uses. Each run gets its own database and 
 its own NATS namespace (streams are deleted afterwards).
 """
 
-import contextlib
 import os
 import shutil
 import uuid
@@ -14,14 +13,13 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import asyncpg
-import nats
 import pytest
 
 from mldiag_platform.auth import new_secret, open_token_directory, secret_hash
 from mldiag_platform.bus import Publisher, connect_bus
 from mldiag_platform.settings import DatabaseSettings, NatsSettings
 from mldiag_schemas.auth import Role, TokenGrant
-from support import free_port, world_readable_tempdir
+from support import drop_namespace, free_port, world_readable_tempdir
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -125,17 +123,7 @@ async def namespace(nats_url: str) -> AsyncIterator[str]:
     """A NATS namespace of its own for one test; its streams are deleted afterwards."""
     prefix = f"t{uuid.uuid4().hex[:10]}"
     yield prefix
-    client = await nats.connect(nats_url)
-    try:
-        js = client.jetstream()
-        for name in await js.streams_info():
-            stream = name.config.name or ""
-            # Streams are upper-cased; key-value buckets live in `KV_<bucket>` streams.
-            if stream.startswith((prefix.upper() + "_", f"KV_{prefix}_")):
-                with contextlib.suppress(Exception):
-                    await js.delete_stream(stream)
-    finally:
-        await client.close()
+    await drop_namespace(nats_url, prefix)
 
 
 @pytest.fixture

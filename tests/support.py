@@ -1,6 +1,7 @@
 """Helpers shared by tests (importable because pytest puts tests/ on the path)."""
 
 import asyncio
+import contextlib
 import socket
 import tempfile
 import threading
@@ -105,6 +106,21 @@ async def serving(
             transport=transport, base_url="http://test", headers=headers
         ) as client:
             yield client
+
+
+async def drop_namespace(url: str, namespace: str) -> None:
+    """Delete every stream of a NATS namespace, its key-value buckets included."""
+    client = await nats.connect(url)
+    try:
+        js = client.jetstream()
+        for info in await js.streams_info():
+            stream = info.config.name or ""
+            # Streams are upper-cased; key-value buckets live in `KV_<bucket>` streams.
+            if stream.startswith((namespace.upper() + "_", f"KV_{namespace}_")):
+                with contextlib.suppress(Exception):
+                    await js.delete_stream(stream)
+    finally:
+        await client.close()
 
 
 async def read_stream(url: str, subject: str, stream: str) -> list[Msg]:

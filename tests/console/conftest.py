@@ -22,7 +22,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 from playwright.sync_api import Browser, sync_playwright
 
@@ -51,7 +50,7 @@ from mldiag_run_registry.console.handlers import BUILT_DIR
 from mldiag_run_registry.settings import RunRegistrySettings
 from mldiag_xprof_provisioner.app import create_app as create_provisioner
 from mldiag_xprof_provisioner.settings import XProfProvisionerSettings
-from support import free_port, served_in_thread
+from support import drop_namespace, free_port, served_in_thread
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -120,19 +119,6 @@ def _seed(platform: Platform) -> None:
     platform.write(BETA, series("loss", steps, loss_curve(steps, 0.15)))
     wait_for(lambda: platform.point_count(ALPHA, "loss") == 2 * SEED_STEPS, "alpha's points")
     wait_for(lambda: platform.point_count(BETA, "loss") == SEED_STEPS, "beta's points")
-
-
-async def _drop_streams(url: str, namespace: str) -> None:
-    client = await nats.connect(url)
-    try:
-        js = client.jetstream()
-        for info in await js.streams_info():
-            name = info.config.name or ""
-            if name.startswith((namespace.upper() + "_", f"KV_{namespace}_")):
-                with contextlib.suppress(Exception):
-                    await js.delete_stream(name)
-    finally:
-        await client.close()
 
 
 @pytest.fixture(scope="package")
@@ -209,7 +195,7 @@ def platform(
                             process.wait(10)
                     platform.close()
     finally:
-        asyncio.run(_drop_streams(nats_url, namespace))
+        asyncio.run(drop_namespace(nats_url, namespace))
 
 
 @pytest.fixture(scope="package")
