@@ -14,11 +14,10 @@ import pytest
 
 from conftest import ApiTokens
 from mldiag_platform.bus import Publisher
-from mldiag_platform.settings import DatabaseSettings, NatsSettings
 from mldiag_run_registry.app import create_app
-from mldiag_run_registry.settings import RunRegistrySettings
 from mldiag_schemas.auth import Role
 from mldiag_schemas.telemetry import MetricPoint, MetricPointsReceived
+from run_registry.helpers import RegistrySettings
 from support import served_on_port
 
 pytestmark = pytest.mark.connected
@@ -29,15 +28,10 @@ NOW = datetime(2026, 5, 1, tzinfo=UTC)
 
 @pytest.fixture
 async def api(
-    nats_settings: NatsSettings,
-    database_settings: DatabaseSettings,
-    db_schema: str,
-    api_tokens: ApiTokens,
+    registry_settings_with: RegistrySettings, api_tokens: ApiTokens
 ) -> AsyncIterator[httpx.AsyncClient]:
     """An editor's client of a registry served on a real port (streams need one)."""
-    settings = RunRegistrySettings(
-        nats=nats_settings, database=database_settings, db_schema=db_schema
-    )
+    settings = registry_settings_with()
     async with (
         served_on_port(create_app(settings)) as url,
         httpx.AsyncClient(base_url=url, headers=api_tokens.headers(Role.EDITOR)) as client,

@@ -9,10 +9,10 @@ import httpx
 import pytest
 
 from conftest import ApiTokens
-from mldiag_platform.settings import DatabaseSettings, NatsSettings, StorageSettings
+from mldiag_platform.settings import StorageSettings
 from mldiag_run_registry.app import create_app
-from mldiag_run_registry.settings import RunRegistrySettings
 from mldiag_schemas.auth import Role
+from run_registry.helpers import RegistrySettings
 from run_registry.profiles.helpers import STORAGE_ROOT, new_run, register
 from support import serving
 
@@ -23,16 +23,10 @@ RUNS = "/v1/machineLearningRuns"
 
 @pytest.fixture
 async def api(
-    nats_settings: NatsSettings,
-    database_settings: DatabaseSettings,
-    db_schema: str,
-    api_tokens: ApiTokens,
+    registry_settings_with: RegistrySettings, api_tokens: ApiTokens
 ) -> AsyncIterator[httpx.AsyncClient]:
     """An editor's registry that gives captures half a second past their trace length."""
-    settings = RunRegistrySettings(
-        nats=nats_settings,
-        database=database_settings,
-        db_schema=db_schema,
+    settings = registry_settings_with(
         storage=StorageSettings(url=STORAGE_ROOT),
         capture_grace_seconds=0.5,
         capture_sweep_seconds=0.1,

@@ -12,12 +12,11 @@ import pytest
 
 from conftest import ApiTokens
 from mldiag_platform.bus import Publisher
-from mldiag_platform.settings import DatabaseSettings, NatsSettings
 from mldiag_run_registry.app import create_app
-from mldiag_run_registry.settings import RunRegistrySettings
 from mldiag_schemas.auth import Role
 from mldiag_schemas.events import WorkloadEventOpened
 from run_registry.events.test_monitored_events_api import event, new_run
+from run_registry.helpers import RegistrySettings
 from support import serving, wait_until
 
 pytestmark = pytest.mark.connected
@@ -27,18 +26,10 @@ RUNS = "/v1/machineLearningRuns"
 
 @pytest.fixture
 async def registry(
-    nats_settings: NatsSettings,
-    database_settings: DatabaseSettings,
-    db_schema: str,
-    api_tokens: ApiTokens,
+    registry_settings_with: RegistrySettings, api_tokens: ApiTokens
 ) -> AsyncIterator[httpx.AsyncClient]:
-    """An editor's client, and the app (``client.app``) for anonymous clients."""
-    settings = RunRegistrySettings(
-        nats=nats_settings,
-        database=database_settings,
-        db_schema=db_schema,
-        public_url="https://mldiag.example",
-    )
+    """An editor's client of a registry whose links point at ``https://mldiag.example``."""
+    settings = registry_settings_with(public_url="https://mldiag.example")
     async with serving(create_app(settings), api_tokens.headers(Role.EDITOR)) as client:
         yield client
 
