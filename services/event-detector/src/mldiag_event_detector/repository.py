@@ -40,11 +40,14 @@ class DetectorRepository:
                 ids,
             )
             fresh = {row["event_id"] for row in fresh_rows}
-            todo = {
-                run_id: [message for key, message in items if key in fresh]
-                for run_id, items in sorted(messages.items())
-            }
-            todo = {run_id: items for run_id, items in todo.items() if items}
+            todo: dict[str, list[Envelope]] = {}
+            for run_id, items in sorted(messages.items()):
+                for key, message in items:
+                    # A key can come twice in one batch (a write republished under a new
+                    # envelope id lands beside its original): the first one is applied.
+                    if key in fresh:
+                        fresh.remove(key)
+                        todo.setdefault(run_id, []).append(message)
             if not todo:
                 return []
             states = await self._lock(conn, sorted(todo))

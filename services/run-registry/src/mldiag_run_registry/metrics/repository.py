@@ -167,8 +167,10 @@ class MetricsRepository:
 
         The ledger insert, the COPY and the rollup merge share one transaction, so a message
         is either fully stored and recorded, or neither: a redelivery after a crash stores it
-        exactly once and rollups never count a point twice.
+        exactly once and rollups never count a point twice. A message twice in one batch (a
+        retry past JetStream's dedupe window beside its original) is stored once too.
         """
+        messages = list({message.event_id: message for message in messages}.values())
         async with self._pool.acquire() as conn, conn.transaction():
             fresh = await conn.fetch(
                 "INSERT INTO metric_messages (event_id, run_id, point_count)"
