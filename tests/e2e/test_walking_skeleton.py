@@ -182,6 +182,23 @@ def test_points_event_and_analysis_come_back_through_the_api(stack: Stack) -> No
     assert "0.7 at step 2" in reports["numerical-instability"]["details"]
 
 
+def test_the_console_is_served_on_the_api_port(stack: Stack) -> None:
+    # `make test`, like `make up`, builds the console before the stack starts
+    home = httpx.get(f"{stack.api}/", timeout=5)
+    assert home.status_code in (307, 308)
+    assert home.headers["location"].endswith("/console/")
+    page = httpx.get(f"{stack.api}/console/", timeout=5)
+    assert page.status_code == 200
+    assert "<title>mldiag</title>" in page.text
+    assert "not built" not in page.text
+    script = httpx.get(f"{stack.api}/console/app.js", timeout=5)
+    assert script.status_code == 200
+    assert "javascript" in script.headers["content-type"]
+    # the page signs in through the caller route with the token `mldiag up` wrote
+    caller = httpx.get(f"{stack.api}/v1/caller", timeout=5, headers=stack.auth).json()
+    assert caller["role"] == "admin"
+
+
 def test_xprof_instance_starts_and_stops(stack: Stack) -> None:
     provisioner = f"http://127.0.0.1:{8084 + stack.offset}"
     started = httpx.post(
