@@ -71,7 +71,7 @@ def create_broker(settings: NatsSettings, client_name: str) -> NatsBroker:
     )
 
 
-def stream_config(namespace: Namespace, spec: StreamSpec) -> StreamConfig:
+def stream_config(namespace: Namespace, spec: StreamSpec, replicas: int = 1) -> StreamConfig:
     """The JetStream config of a shared stream definition."""
     return StreamConfig(
         name=namespace.stream(spec),
@@ -79,11 +79,12 @@ def stream_config(namespace: Namespace, spec: StreamSpec) -> StreamConfig:
         subjects=namespace.stream_subjects(spec),
         max_age=spec.max_age_seconds,
         duplicate_window=spec.duplicate_window_seconds,
+        num_replicas=replicas,
     )
 
 
 async def declare_streams(
-    broker: NatsBroker, namespace: Namespace, specs: Sequence[StreamSpec]
+    broker: NatsBroker, namespace: Namespace, specs: Sequence[StreamSpec], replicas: int = 1
 ) -> None:
     """Create or update the streams from their shared definitions (the one place they live).
 
@@ -92,7 +93,7 @@ async def declare_streams(
     """
     js = broker.config.connection_state.stream
     for spec in specs:
-        config = stream_config(namespace, spec)
+        config = stream_config(namespace, spec, replicas)
         try:
             await js.stream_info(config.name or "")
         except NotFoundError:
@@ -442,7 +443,7 @@ async def connect_bus(settings: NatsSettings, client_name: str) -> AsyncIterator
     broker = create_broker(settings, client_name)
     await broker.connect()
     try:
-        await declare_streams(broker, namespace, ALL_STREAMS)
+        await declare_streams(broker, namespace, ALL_STREAMS, settings.stream_replicas)
         bus = Bus(broker, namespace, Publisher(broker, namespace, settings), settings)
         try:
             yield bus

@@ -42,6 +42,12 @@ class NatsSettings(BaseSettings):
     publish_timeout_seconds: float = Field(
         default=5.0, gt=0, description="How long to wait for JetStream's publish ack."
     )
+    stream_replicas: int = Field(
+        default=1,
+        ge=1,
+        le=5,
+        description="Copies JetStream keeps of each stream (3 on a three-node cluster).",
+    )
 
 
 class DatabaseSettings(BaseSettings):
