@@ -10,6 +10,7 @@ pattern at the edge (HTTP and bus) and refused with a 400 ``invalid_argument`` n
   names (``us-central1``) are such labels.
 - free text (display names, descriptions, label values) may hold any character except NUL
   (U+0000), which PostgreSQL's text type cannot store.
+"""
 
 import re
 import uuid
