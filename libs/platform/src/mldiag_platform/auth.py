@@ -218,7 +218,13 @@ async def _bucket(bus: Bus) -> KeyValue:
     try:
         bucket: KeyValue = await js.key_value(name)
     except BucketNotFoundError:
-        bucket = await js.create_key_value(bucket=name, history=1, description="API token grants")
+        # As many copies as the streams: on a cluster the directory must outlive a node.
+        bucket = await js.create_key_value(
+            bucket=name,
+            history=1,
+            description="API token grants",
+            replicas=bus.settings.stream_replicas,
+        )
     return bucket
 
 

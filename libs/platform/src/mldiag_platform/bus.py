@@ -61,7 +61,8 @@ def create_broker(settings: NatsSettings, client_name: str) -> NatsBroker:
     its warnings and errors, such as a consume loop failing, still reach the log.
     """
     return NatsBroker(
-        settings.url,
+        # Several servers (a cluster) come comma-separated; nats-py wants them as a list.
+        [url.strip() for url in settings.url.split(",")],
         name=client_name,
         logger=logging.getLogger("faststream"),
         log_level=logging.DEBUG,
