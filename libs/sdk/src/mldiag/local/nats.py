@@ -119,6 +119,12 @@ class EmbeddedNats:
         """Whether the server process started by :meth:`start` is still alive."""
         return self._process is not None and self._process.poll() is None
 
+    @property
+    def exit_status(self) -> int | None:
+        """How the server process ended (negative: killed by that signal); None while it
+        runs or after :meth:`stop`."""
+        return self._process.poll() if self._process is not None else None
+
     def start(self, timeout: float = 15.0) -> None:
         """Start the server and return once JetStream answers healthy.
 
