@@ -1,13 +1,15 @@
 """The bus against a real NATS server: dedupe, retry, dead-lettering, poison isolation."""
 
 import asyncio
+import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 
 import nats
 import pytest
 from nats.aio.msg import Msg
+from prometheus_client import REGISTRY
 
 from mldiag_platform.bus import BatchHandler, Bus, ConsumerSpec, Delivery, Publisher, connect_bus
 from mldiag_platform.errors import InvalidArgument
@@ -163,3 +165,124 @@ async def test_a_handler_running_past_ack_wait_gets_its_message_once(
         await asyncio.wait_for(done.wait(), 10)
         await asyncio.sleep(1.0)  # a redelivery would have come by now
     assert len(deliveries) == 1
+
+
+async def test_poison_bytes_are_dead_lettered_and_the_consumer_keeps_pulling(
+    bus: Bus, nats_settings: NatsSettings
+) -> None:
+    # Each of these once escaped decoding and killed the pull task for good, silently.
+    handled: list[uuid.UUID] = []
+
+    async def handler(deliveries: list[Delivery[MetricPointsReceived]]) -> None:
+        handled.extend(d.message.event_id for d in deliveries)
+
+    publisher = await _run_consumer(bus, handler)
+    subject = f"{nats_settings.namespace}.telemetry.metrics.received.run-1"
+    deep = b'{"type": "telemetry.metrics.received", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    v1_without_points = (
+        b'{"type": "telemetry.metrics.received", "schemaVersion": 1, "runId": "run-1",'
+        b' "batchId": "' + str(uuid.uuid4()).encode() + b'", "chunk": 0}'
+    )
+    for number, poison in enumerate((deep, v1_without_points, b"[]")):
+        await publisher.publish_raw(subject, poison, f"poison-{number}")
+    good = _message(1.0)
+    await publisher.publish(good)
+
+    letters = await wait_until(
+        lambda: _dead_letters(nats_settings.url, nats_settings.namespace),
+        accept=lambda found: len(found) == 3,
+    )
+    reasons = sorted(letter.headers["Mldiag-Reason"] for letter in letters if letter.headers)
+    assert all(reason.startswith("undecodable message") for reason in reasons)
+    assert any("nests too deep" in reason for reason in reasons)
+    await wait_until(lambda: asyncio.sleep(0, handled), accept=lambda h: good.event_id in h)
+    assert await bus.healthy()
+
+
+async def test_a_pull_loop_that_ends_by_surprise_is_restarted(
+    bus: Bus, nats_settings: NatsSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handled: list[uuid.UUID] = []
+
+    async def handler(deliveries: list[Delivery[MetricPointsReceived]]) -> None:
+        handled.extend(d.message.event_id for d in deliveries)
+
+    publisher = await _run_consumer(bus, handler)
+    [consumer] = bus.consumers
+    restarts = _sample("mldiag_bus_consumer_restarts_total", consumer.durable)
+
+    # Something nobody foresaw ends the loop: the next fetch raises past every handler.
+    real_sample_lag = consumer._sample_lag
+    monkeypatch.setattr(consumer, "_sample_lag", _raise_once(real_sample_lag))
+    monkeypatch.setattr("mldiag_platform.bus.LAG_SAMPLE_SECONDS", 0.0)
+
+    message = _message(5.0)
+    await publisher.publish(message)
+    await wait_until(lambda: asyncio.sleep(0, handled), accept=lambda h: message.event_id in h)
+    assert _sample("mldiag_bus_consumer_restarts_total", consumer.durable) == restarts + 1
+    assert consumer.alive
+    assert _sample("mldiag_bus_consumer_up", consumer.durable) == 1
+    assert await bus.healthy()
+
+
+async def test_a_dead_consumer_makes_the_service_unhealthy(bus: Bus) -> None:
+    async def handler(deliveries: list[Delivery[MetricPointsReceived]]) -> None:
+        return None
+
+    await _run_consumer(bus, handler)
+    [consumer] = bus.consumers
+    assert await bus.healthy()
+    assert consumer._task is not None
+    consumer._task.cancel()
+    await asyncio.sleep(0.05)
+    assert not consumer.alive
+    assert not await bus.healthy()
+
+
+async def test_a_newer_message_with_an_added_field_is_handled_not_dead_lettered(
+    bus: Bus, nats_settings: NatsSettings
+) -> None:
+    handled: list[MetricPointsReceived] = []
+
+    async def handler(deliveries: list[Delivery[MetricPointsReceived]]) -> None:
+        handled.extend(d.message for d in deliveries)
+
+    publisher = await _run_consumer(bus, handler)
+    message = _message(7.0)
+    newer = json.loads(message.model_dump_json())
+    newer["addedInNextVersion"] = {"shape": "unknown to this reader"}
+    await publisher.publish_raw(
+        publisher.subject_for(message), json.dumps(newer).encode(), str(message.event_id)
+    )
+    await wait_until(lambda: asyncio.sleep(0, handled), accept=lambda h: len(h) == 1)
+    assert handled == [message]
+    assert await _dead_letters(nats_settings.url, nats_settings.namespace) == []
+
+
+@pytest.mark.parametrize("run_id", ["a..b", "a\x0bb", "a b", "run-1\n"])
+async def test_a_name_that_is_no_subject_token_is_refused_before_publishing(
+    bus: Bus, run_id: str
+) -> None:
+    message = _message().model_copy(update={"run_id": run_id})
+    with pytest.raises(InvalidArgument, match="not a valid resource id"):
+        await bus.publisher.publish(message)
+    with pytest.raises(InvalidArgument, match="not a valid subject"):
+        await bus.publisher.publish_raw(f"{bus.namespace.prefix}.runs.x.{run_id}", b"{}", "x")
+    assert await bus.healthy()  # the connection was never put at risk
+
+
+def _sample(name: str, durable: str) -> float:
+    return REGISTRY.get_sample_value(name, {"durable": durable}) or 0.0
+
+
+def _raise_once(then: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    raised = False
+
+    async def sample() -> None:
+        nonlocal raised
+        if not raised:
+            raised = True
+            raise RuntimeError("a bug in the pull loop")
+        await then()
+
+    return sample

@@ -1,11 +1,13 @@
 """Bus messages: wire format, discriminated parsing, upcasting."""
 
+import json
 import math
 import uuid
 from datetime import UTC, datetime
 
 import pytest
 
+from mldiag_schemas import envelope
 from mldiag_schemas.bus import ALL_STREAMS, Namespace, stream_of
 from mldiag_schemas.envelope import upcast, upcaster
 from mldiag_schemas.ids import is_run_id
@@ -105,3 +107,64 @@ def test_namespace_applies_to_subjects_streams_and_durables() -> None:
 )
 def test_run_ids_are_subject_safe(value: str, valid: bool) -> None:
     assert is_run_id(value) is valid
+
+
+# Poison on the bus: whatever the bytes are, parsing raises ValueError, never anything else,
+# so the consumer's boundary dead-letters them (a RecursionError or KeyError once escaped it
+# and killed the pull loop of every durable that read the message).
+
+
+def test_json_nested_past_the_parser_s_limit_is_a_value_error() -> None:
+    deep = b'{"type": "telemetry.metrics.received", "x": ' + b"[" * 100_000 + b"]" * 100_000
+    with pytest.raises(ValueError, match="nests too deep"):
+        parse_message(deep + b"}")
+
+
+def test_an_upcaster_that_fails_is_a_value_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(data: dict[str, object]) -> dict[str, object]:
+        return {"points": data["points"]}  # a KeyError on a v1 message without points
+
+    monkeypatch.setitem(envelope._UPCASTERS, ("telemetry.metrics.received", 1), broken)
+    v1_without_points = {
+        "type": "telemetry.metrics.received",
+        "schemaVersion": 1,
+        "runId": "run-1",
+        "batchId": str(uuid.uuid4()),
+        "chunk": 0,
+    }
+    with pytest.raises(ValueError, match="KeyError"):
+        parse_message(json.dumps(v1_without_points).encode())
+
+
+@pytest.mark.parametrize("raw", [b"", b"[1, 2]", b'"text"', b"\xff\xfe", b"{not json", b"null"])
+def test_bytes_that_are_no_message_are_a_value_error(raw: bytes) -> None:
+    with pytest.raises(ValueError):
+        parse_message(raw)
+
+
+# Tolerant readers: a newer publisher's added fields are ignored, so services can be upgraded
+# one at a time (HTTP requests stay strict).
+
+
+def test_a_field_added_by_a_newer_publisher_is_ignored_at_every_depth() -> None:
+    message = _points(1.0, 2.0)
+    data = json.loads(message.model_dump_json())
+    data["addedInV3"] = {"anything": [1, 2]}
+    data["series"][0]["unitHint"] = "s"
+    parsed = parse_message(json.dumps(data).encode())
+    assert parsed == message
+
+
+def test_an_added_field_does_not_hide_a_real_error() -> None:
+    data = json.loads(_points(1.0).model_dump_json())
+    data["addedInV3"] = True
+    data["runId"] = "Not A Run Id"
+    with pytest.raises(ValueError, match="runId"):
+        parse_message(json.dumps(data).encode())
+
+
+def test_http_bodies_stay_strict() -> None:
+    data = json.loads(_points(1.0).model_dump_json())
+    data["addedInV3"] = True
+    with pytest.raises(ValueError, match="addedInV3"):
+        MetricPointsReceived.model_validate(data)

@@ -3,7 +3,7 @@
 import json
 from typing import Annotated, Any
 
-from pydantic import Field, TypeAdapter
+from pydantic import Field, TypeAdapter, ValidationError
 
 from mldiag_schemas import bus
 from mldiag_schemas.analyses import AnalysisCompleted
@@ -112,11 +112,72 @@ _ADAPTER: TypeAdapter[Any] = TypeAdapter(BusMessage)
 def parse_message(raw: bytes) -> Envelope:
     """Parse wire bytes into their message class, upcasting older schema versions.
 
+    Readers are tolerant: a field this version does not know (a newer publisher's) is
+    ignored, so services can be upgraded one at a time. HTTP requests stay strict; only the
+    bus is read this way.
+
     Raises ``ValueError`` (pydantic's ``ValidationError`` is one) on anything that is not a
-    valid message: such a message is poison and belongs in the dead-letter stream.
+    valid message, whatever went wrong inside (nesting too deep for the parser, an upcaster
+    meeting a shape it does not expect): such a message is poison and belongs in the
+    dead-letter stream.
     """
-    data = json.loads(raw)  # json accepts the NaN / Infinity tokens our contracts write
+    try:
+        data = json.loads(raw)  # json accepts the NaN / Infinity tokens our contracts write
+    except RecursionError as exc:
+        raise ValueError("the message nests too deep to read") from exc
     if not isinstance(data, dict):
         raise ValueError("a bus message must be a JSON object")
-    message: Envelope = _ADAPTER.validate_python(upcast(data, _CURRENT_VERSIONS))
-    return message
+    try:
+        return _validate_tolerantly(upcast(data, _CURRENT_VERSIONS))
+    except ValueError:
+        raise
+    except Exception as exc:  # KeyError in an upcaster, RecursionError in validation...
+        raise ValueError(f"cannot read the message: {type(exc).__name__}: {exc}") from exc
+
+
+_UNKNOWN_FIELD = "extra_forbidden"
+_MAX_PRUNES = 3
+"""Passes of dropping unknown fields; nested unions can hide a field for one pass."""
+
+
+def _validate_tolerantly(data: dict[str, Any]) -> Envelope:
+    """Validate ``data``, dropping the fields the contracts do not know.
+
+    The contracts forbid unknown fields (so HTTP bodies with typos are refused); here the
+    fields pydantic reports as unknown are removed and validation runs again. The common,
+    exact case costs one validation.
+    """
+    for _ in range(_MAX_PRUNES):
+        try:
+            message: Envelope = _ADAPTER.validate_python(data)
+        except ValidationError as exc:
+            unknown = [error["loc"] for error in exc.errors() if error["type"] == _UNKNOWN_FIELD]
+            # loc[0] is the discriminator's tag, not a key of the message
+            dropped = [_drop(data, loc[1:]) for loc in unknown]  # every one, no short cut
+            if not any(dropped):
+                raise
+        else:
+            return message
+    return _ADAPTER.validate_python(data)  # type: ignore[no-any-return]
+
+
+def _drop(data: Any, loc: tuple[int | str, ...]) -> bool:
+    """Remove the value at ``loc`` from nested dicts and lists; whether it was there.
+
+    A step naming no key of a dict is skipped: pydantic puts the member's name of a
+    non-discriminated union in the path.
+    """
+    for position, step in enumerate(loc):
+        last = position == len(loc) - 1
+        if isinstance(data, dict):
+            if step not in data:
+                continue
+            if last:
+                del data[step]
+                return True
+            data = data[step]
+        elif isinstance(data, list) and isinstance(step, int) and 0 <= step < len(data):
+            data = data[step]
+        else:
+            return False
+    return False

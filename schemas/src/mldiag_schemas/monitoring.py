@@ -13,6 +13,7 @@ from pydantic import Field
 
 from mldiag_schemas.base import Contract
 from mldiag_schemas.envelope import Envelope
+from mldiag_schemas.ids import LocationId, ProjectId
 
 # Metric names the rules read (the SDK records them; any producer may).
 STEP_TIME = "step_time"
@@ -250,8 +251,8 @@ class MonitoringRulesChanged(Envelope):
     """
 
     type: Literal["runs.monitoring.changed"] = "runs.monitoring.changed"
-    project: str = Field(description="The project.")
-    location: str = Field(description="The location.")
+    project: ProjectId = Field(description="The project.")
+    location: LocationId = Field(description="The location.")
     rules: MonitoringRules = Field(description="The project's overrides after the change.")
 
     def partition(self) -> str:

@@ -5,12 +5,21 @@ Consumers are durable pull consumers with manual acks. A batch handler receives 
 messages; when it raises, the batch is retried one message at a time so that one poison
 message cannot hold back the others. A failing message is redelivered with backoff up to
 ``max_deliver`` attempts and then republished to ``deadletter.<subject>`` with the reason,
-and acked: a poison message never blocks its consumer.
+and acked: a poison message never blocks its consumer. A message that cannot even be
+decoded (not JSON, nested too deep, an upcaster that fails, a shape no contract has) is
+dead-lettered the same way, and the pull loop itself is supervised: if it ever ends by
+surprise it is restarted with backoff, and ``/healthz`` and the
+``mldiag_bus_consumer_*`` metrics show it.
+
+Nothing reaches a subject unchecked: every token a message contributes (its partition, a run
+id or a project) must be a resource id, and every subject published to must be made of
+plain tokens, so a bad name is refused where it enters instead of breaking the connection.
 """
 
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -24,13 +33,14 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
-from mldiag_platform.errors import MldiagError
+from mldiag_platform.errors import InvalidArgument, MldiagError
 from mldiag_platform.settings import NatsSettings
 from mldiag_schemas.base import Contract
 from mldiag_schemas.bus import ALL_STREAMS, DEADLETTER_PREFIX, Namespace, StreamSpec, stream_of
 from mldiag_schemas.envelope import Envelope
+from mldiag_schemas.ids import is_resource_id
 from mldiag_schemas.messages import SUBJECT_OF, parse_message
 
 log = structlog.get_logger(__name__)
@@ -52,6 +62,35 @@ BATCH_SECONDS = Histogram(
 MESSAGES_PUBLISHED = Counter(
     "mldiag_bus_messages_published_total", "Messages published (acked by JetStream).", ["type"]
 )
+CONSUMER_UP = Gauge(
+    "mldiag_bus_consumer_up", "1 while the consumer's pull loop runs, else 0.", ["durable"]
+)
+CONSUMER_RESTARTS = Counter(
+    "mldiag_bus_consumer_restarts_total",
+    "Times a pull loop ended by surprise and was restarted.",
+    ["durable"],
+)
+CONSUMER_PENDING = Gauge(
+    "mldiag_bus_consumer_pending_messages",
+    "Messages in the stream the consumer has not been given yet (its lag).",
+    ["durable"],
+)
+CONSUMER_ACK_PENDING = Gauge(
+    "mldiag_bus_consumer_ack_pending_messages",
+    "Messages given to the consumer and not settled yet.",
+    ["durable"],
+)
+
+_SUBJECT = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
+"""A concrete subject: plain tokens only (no wildcards, spaces or control characters)."""
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+LAG_SAMPLE_SECONDS = 10.0
+"""How often a consumer reads its lag from the server for the metrics."""
+
+RESTART_BACKOFF_SECONDS = (0.5, 1.0, 2.0, 5.0, 10.0)
+"""Waits before restarting a pull loop that ended by surprise, the last one repeated."""
 
 
 def create_broker(settings: NatsSettings, client_name: str) -> NatsBroker:
@@ -128,8 +167,20 @@ class Publisher:
         self._timeout = settings.publish_timeout_seconds
 
     def subject_for(self, message: Envelope) -> str:
-        """The full subject of ``message``: namespace, base subject, run id."""
-        return self._namespace.subject(SUBJECT_OF[type(message)], message.partition())
+        """The full subject of ``message``: namespace, base subject, run id.
+
+        Raises :class:`InvalidArgument` when the partition (a run id or a project) is not a
+        resource id: a dot would split it into tokens and a control character would break
+        the NATS protocol, so such a name must be refused where it came in.
+        """
+        token = message.partition()
+        if not is_resource_id(token):
+            raise InvalidArgument(
+                f"{token!r} is not a valid resource id (lowercase letters, digits and '-', "
+                "at most 63 characters)",
+                details=[{"field": "partition", "problem": "not a resource id"}],
+            )
+        return self._namespace.subject(SUBJECT_OF[type(message)], token)
 
     async def publish(self, message: Envelope) -> None:
         """Publish one message and wait for JetStream's ack."""
@@ -149,7 +200,13 @@ class Publisher:
         msg_id: str,
         headers: dict[str, str] | None = None,
     ) -> None:
-        """Publish bytes already serialised (outbox rows, dead letters)."""
+        """Publish bytes already serialised (outbox rows, dead letters).
+
+        Raises :class:`InvalidArgument` for a subject that is not plain tokens, before
+        anything is sent: the server would drop the whole connection over it.
+        """
+        if _SUBJECT.fullmatch(subject) is None:
+            raise InvalidArgument(f"{subject!r} is not a valid subject")
         base = self._namespace.base_subject(subject)
         await self._broker.publish(
             payload,
@@ -213,6 +270,7 @@ class Consumer(Generic[M]):
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._subscription: JetStreamContext.PullSubscription | None = None
+        self._js: JetStreamContext
 
     def consumer_config(self) -> ConsumerConfig:
         """The durable consumer's server-side configuration."""
@@ -227,6 +285,11 @@ class Consumer(Generic[M]):
             max_ack_pending=max(1000, self.spec.batch_size * 10),
         )
 
+    @property
+    def alive(self) -> bool:
+        """Whether the pull loop is running (it restarts itself after a surprise end)."""
+        return self._task is not None and not self._task.done()
+
     async def start(self, broker: NatsBroker) -> None:
         """Create (or update) the durable consumer and start pulling from it."""
         js = broker.config.connection_state.stream
@@ -235,28 +298,57 @@ class Consumer(Generic[M]):
             await js.add_consumer(stream, config=self.consumer_config())
         except BadRequestError as exc:  # an existing consumer whose config cannot change
             self._log.warning("bus.consumer.update_refused", error=str(exc))
+        self._js = js
         self._subscription = await js.pull_subscribe_bind(self.durable, stream)
-        self._task = asyncio.create_task(self._pull(self._subscription), name=self.durable)
+        self._task = asyncio.create_task(self._supervise(self._subscription), name=self.durable)
 
     async def stop(self, grace_seconds: float = 10.0) -> None:
         """Finish the batch in hand (up to ``grace_seconds``), then stop pulling."""
         if self._task is None:
             return
         self._stopping.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(self._task), grace_seconds)
-        except TimeoutError:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        self._task = None
+        task, self._task = self._task, None
+        if not task.done():  # a task cancelled from outside has nothing left to finish
+            try:
+                await asyncio.wait_for(asyncio.shield(task), grace_seconds)
+            except TimeoutError:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        CONSUMER_UP.labels(self.durable).set(0)
         if self._subscription is not None:
             # Otherwise the connection's drain waits its full timeout on this inbox.
             await self._subscription.unsubscribe()
             self._subscription = None
 
-    async def _pull(self, subscription: JetStreamContext.PullSubscription) -> None:
+    async def _supervise(self, subscription: JetStreamContext.PullSubscription) -> None:
+        """Run the pull loop until stopped; a loop that ends by surprise starts again.
+
+        Every known failure is settled inside the loop, so getting here means a bug or a
+        failure nobody foresaw: without this the consumer would stop for good while the
+        process, its health check and its ingestion door carried on as if nothing happened.
+        """
+        restarts = 0
         while not self._stopping.is_set():
+            CONSUMER_UP.labels(self.durable).set(1)
+            try:
+                await self._pull(subscription)
+            except Exception:  # noqa: BLE001  # the loop's own boundary: restart it
+                CONSUMER_UP.labels(self.durable).set(0)
+                CONSUMER_RESTARTS.labels(self.durable).inc()
+                delay = RESTART_BACKOFF_SECONDS[min(restarts, len(RESTART_BACKOFF_SECONDS) - 1)]
+                restarts += 1
+                self._log.exception("bus.consumer.restarting", attempt=restarts, delay_s=delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), delay)
+        CONSUMER_UP.labels(self.durable).set(0)
+
+    async def _pull(self, subscription: JetStreamContext.PullSubscription) -> None:
+        lag_sampled_at = 0.0
+        while not self._stopping.is_set():
+            if time.monotonic() - lag_sampled_at >= LAG_SAMPLE_SECONDS:
+                lag_sampled_at = time.monotonic()
+                await self._sample_lag()
             try:
                 raws = await subscription.fetch(
                     self.spec.batch_size, timeout=self.spec.max_wait_seconds
@@ -267,7 +359,24 @@ class Consumer(Generic[M]):
                 self._log.warning("bus.fetch.failed", error=repr(exc))
                 await asyncio.sleep(1.0)
                 continue
-            await self._on_batch(raws)
+            try:
+                await self._on_batch(raws)
+            except Exception as exc:  # noqa: BLE001  # e.g. an ack lost in an outage
+                # What was not settled comes back after ack_wait; keep pulling meanwhile.
+                self._log.warning("bus.batch.unsettled", count=len(raws), error=repr(exc))
+                await asyncio.sleep(1.0)
+
+    async def _sample_lag(self) -> None:
+        """Read the consumer's lag for the metrics; a failure only skips one sample."""
+        try:
+            info = await self._js.consumer_info(
+                self._namespace.stream(self.spec.stream), self.durable, timeout=1.0
+            )
+        except Exception as exc:  # noqa: BLE001  # metrics must never stop the consumer
+            self._log.debug("bus.lag.unavailable", error=repr(exc))
+            return
+        CONSUMER_PENDING.labels(self.durable).set(info.num_pending or 0)
+        CONSUMER_ACK_PENDING.labels(self.durable).set(info.num_ack_pending or 0)
 
     async def _on_batch(self, raws: list[Msg]) -> None:
         started = time.perf_counter()
@@ -336,8 +445,8 @@ class Consumer(Generic[M]):
     async def _decode(self, raw: Msg) -> Delivery[M] | None:
         try:
             message = parse_message(raw.data)
-        except ValueError as exc:
-            await self._dead_letter(raw, f"undecodable message: {exc}")
+        except Exception as exc:  # noqa: BLE001  # whatever the bytes do, they are poison
+            await self._dead_letter(raw, f"undecodable message: {type(exc).__name__}: {exc}")
             return None
         if not isinstance(message, self.spec.message_type):
             await self._dead_letter(raw, f"unexpected message type {message.type!r}")
@@ -367,7 +476,8 @@ class Consumer(Generic[M]):
         base = self._namespace.base_subject(raw.subject)
         stream_seq = raw.metadata.sequence.stream if raw.metadata.sequence else 0
         headers: dict[str, Any] = {
-            "Mldiag-Reason": reason[:1000],
+            # A header value is one line of printable text: an exception's message is not.
+            "Mldiag-Reason": _CONTROL.sub(" ", reason)[:1000],
             "Mldiag-Original-Subject": raw.subject,
             "Mldiag-Consumer": self.durable,
             "Mldiag-Attempts": str(attempts or raw.metadata.num_delivered or 1),
@@ -410,8 +520,11 @@ class Bus:
         await asyncio.gather(*(consumer.stop() for consumer in self.consumers))
 
     async def healthy(self) -> bool:
-        """Health check: the connection answers a ping within a second."""
-        return await self.broker.ping(timeout=1.0)
+        """Health check: the connection answers a ping within a second and every consumer's
+        pull loop is running."""
+        return all(consumer.alive for consumer in self.consumers) and await self.broker.ping(
+            timeout=1.0
+        )
 
     async def notify(self, base_subject: str, token: str, hint: Contract) -> None:
         """Publish a hint on core NATS, in no stream: whoever listens now gets it, nobody
