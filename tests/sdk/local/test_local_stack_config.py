@@ -1,6 +1,8 @@
 """`mldiag up` configuration, the state file and the CLI's answers when nothing runs."""
 
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -8,6 +10,7 @@ import pytest
 
 from mldiag.cli import build_parser, config_from_args, main, supervisor_command
 from mldiag.local.errors import LocalStackError
+from mldiag.local.process import process_start_ticks
 from mldiag.local.stack import (
     SERVICE_NAMES,
     STATE_FILE,
@@ -20,6 +23,7 @@ from mldiag.local.stack import (
     stop_stack,
     write_state,
 )
+from support import free_port
 
 _STACK_ENV = (
     "MLDIAG_HOME",
@@ -150,7 +154,18 @@ def test_state_file_round_trip(tmp_path: Path) -> None:
         started_at="2026-01-01T00:00:00+00:00",
         ready_seconds=1.5,
         components=[
-            Component(name="nats", kind="nats", label="NATS", url="nats://127.0.0.1:1", pid=43)
+            Component(name="nats", kind="nats", label="NATS", url="nats://127.0.0.1:1", pid=43),
+            Component(
+                name="analyzer",
+                kind="service",
+                label="analyzer",
+                url="http://127.0.0.1:2",
+                pid=44,
+                state="restarting",
+                restarts=2,
+                last_exit_status=-9,
+                last_restart_at="2026-01-01T00:01:00+00:00",
+            ),
         ],
         skipped=["analyzer"],
     )
@@ -194,3 +209,81 @@ def test_down_removes_a_stale_state_file(tmp_path: Path) -> None:
     result = stop_stack(tmp_path)
     assert not result.was_running
     assert not (tmp_path / STATE_FILE).exists()
+
+
+def test_a_state_file_without_restart_fields_still_reads(tmp_path: Path) -> None:
+    # Written before the supervisor restarted anything: every component counts as running.
+    (tmp_path / STATE_FILE).write_text(
+        '{"version": 1, "home": "h", "supervisor_pid": 1, "supervisor_start_ticks": null, '
+        '"status": "healthy", "started_at": "t", "components": '
+        '[{"name": "nats", "kind": "nats", "label": "NATS", "url": "nats://x"}]}'
+    )
+    state = read_state(tmp_path)
+    assert state is not None
+    nats = state.components[0]
+    assert (nats.state, nats.restarts, nats.last_exit_status) == ("running", 0, None)
+
+
+def test_status_shows_restarts_and_a_service_given_up_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    closed = f"http://127.0.0.1:{free_port()}"
+    storage = tmp_path / "storage"
+    storage.mkdir()
+    write_state(
+        tmp_path,
+        StackState(
+            home=str(tmp_path),
+            supervisor_pid=os.getpid(),  # a live supervisor
+            supervisor_start_ticks=process_start_ticks(os.getpid()),
+            status="healthy",
+            started_at="2026-01-01T00:00:00+00:00",
+            components=[
+                Component(name="storage", kind="storage", label="storage", url=f"file://{storage}"),
+                Component(
+                    name="ingestion",
+                    kind="service",
+                    label="ingestion",
+                    url=closed,
+                    health_url=f"{closed}/healthz",
+                    pid=os.getpid(),
+                    state="restarting",
+                    restarts=1,
+                    last_exit_status=-signal.SIGKILL,
+                    last_restart_at="2026-01-01T00:05:00+00:00",
+                ),
+                Component(
+                    name="analyzer",
+                    kind="service",
+                    label="analyzer",
+                    url=closed,
+                    pid=_dead_pid(),
+                    state="failed",
+                    restarts=4,
+                    last_exit_status=1,
+                    last_restart_at="2026-01-01T00:06:00+00:00",
+                ),
+            ],
+        ),
+    )
+    assert main(["status", "--home", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "degraded: analyzer failed (crash loop); the rest keeps running" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("  ")}
+    assert rows["ingestion"][1:2] == ["restarting"]
+    assert rows["analyzer"][1:2] == ["failed"]
+    assert "RESTARTS" in rows["COMPONENT"]
+    assert (
+        "  ingestion: restarted 1 time, last at 2026-01-01T00:05:00+00:00; "
+        "last exit: signal 9 (SIGKILL)"
+    ) in out
+    assert (
+        "  analyzer: failed in a crash loop (restarted 4 times, last at "
+        "2026-01-01T00:06:00+00:00; last exit: status 1)"
+    ) in out
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid

@@ -8,10 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mldiag.local.errors import LocalStackError
+from mldiag.local.restarts import describe_exit
 from mldiag.local.stack import (
     DEFAULT_HEALTH_TIMEOUT,
     DEFAULT_HOME,
     SERVICES,
+    Component,
+    ComponentHealth,
     StackConfig,
     StackReport,
     StackState,
@@ -231,19 +234,56 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _status_table(report: StackReport, state: StackState, home: Path) -> str:
+    failed = [c.name for c in state.components if c.state == "failed"]
     if report.healthy:
         headline = f"healthy (supervisor pid {state.supervisor_pid}, up since {state.started_at})"
     elif state.status != "healthy":
         headline = f"{state.status} (supervisor pid {state.supervisor_pid})"
+    elif failed:
+        headline = (
+            f"degraded: {', '.join(failed)} failed (crash loop); the rest keeps running "
+            f"(supervisor pid {state.supervisor_pid})"
+        )
     else:
         sick = [h.component.name for h in report.components if not h.healthy]
         headline = f"unhealthy: {', '.join(sick)} (supervisor pid {state.supervisor_pid})"
-    rows = [("COMPONENT", "STATE", "URL", "PID", "LOG")]
+    rows = [("COMPONENT", "STATE", "URL", "PID", "RESTARTS", "LOG")]
     for health in report.components:
         c = health.component
-        condition = "healthy" if health.healthy else ("unhealthy" if health.alive else "exited")
-        rows.append((c.label, condition, c.url, str(c.pid or ""), _short(c.log, home)))
-    return "\n".join([f"mldiag stack in {home}: {headline}", "", *_table(rows)])
+        restarts = str(c.restarts) if c.kind != "storage" else ""
+        pid = str(c.pid or "") if c.state != "failed" else ""
+        rows.append((c.label, _condition(health), c.url, pid, restarts, _short(c.log, home)))
+    lines = [f"mldiag stack in {home}: {headline}", "", *_table(rows)]
+    notes = [_restart_note(c) for c in state.components if c.restarts or c.state != "running"]
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines)
+
+
+def _condition(health: ComponentHealth) -> str:
+    state = health.component.state
+    if state == "failed":
+        return "failed"
+    if state == "restarting":
+        return "restarting"
+    return "healthy" if health.healthy else ("unhealthy" if health.alive else "exited")
+
+
+def _restart_note(component: Component) -> str:
+    """One line on a component's restarts: how many, when, after what exit."""
+    count = component.restarts
+    restarted = (
+        f"restarted {count} time{'s' if count != 1 else ''}, last at {component.last_restart_at}"
+        if count
+        else "not restarted yet"
+    )
+    last_exit = describe_exit(component.last_exit_status)
+    if component.state == "failed":
+        return (
+            f"  {component.name}: failed in a crash loop ({restarted}; last exit: {last_exit}); "
+            "the supervisor gave up on it: read its log, then `mldiag down` and `mldiag up`"
+        )
+    return f"  {component.name}: {restarted}; last exit: {last_exit}"
 
 
 def _down(args: argparse.Namespace) -> int:

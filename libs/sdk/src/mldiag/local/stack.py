@@ -6,8 +6,8 @@ ports, logs); ``mldiag status`` and ``mldiag down`` work from that file alone. P
 left to the caller (the CLI): these modules report through callbacks and exceptions.
 
 This module is the one import surface; the parts live in ``config`` (services, ports,
-environment), ``state`` (the state file), ``supervisor`` (``up``) and ``control``
-(``status``, ``down``).
+environment), ``state`` (the state file), ``supervisor`` (``up``, with ``restarts``, its
+restart policy), ``detached`` (``up --detach``) and ``control`` (``status``, ``down``).
 """
 
 from mldiag.local.config import (
@@ -34,8 +34,9 @@ from mldiag.local.control import (
     stack_status,
     stop_stack,
 )
+from mldiag.local.detached import start_detached
 from mldiag.local.state import Component, StackState, read_state, write_state
-from mldiag.local.supervisor import Supervisor, preflight, start_detached
+from mldiag.local.supervisor import Supervisor, preflight
 
 __all__ = [
     "DEFAULT_HEALTH_TIMEOUT",

@@ -26,6 +26,9 @@ STATE_VERSION = 1
 
 ComponentKind = Literal["nats", "postgres", "storage", "service"]
 StackStatus = Literal["starting", "healthy", "stopping"]
+ComponentState = Literal["running", "restarting", "failed"]
+"""``restarting``: it exited and is waiting out its backoff, or was started again and is not
+healthy yet. ``failed``: it crashed in a loop and the supervisor gave up on it."""
 
 
 @dataclass
@@ -43,6 +46,13 @@ class Component:
     log: str | None = None
     health_url: str | None = None
     detail: str | None = None
+    state: ComponentState = "running"
+    restarts: int = 0
+    """How many times the supervisor started it again after it exited on its own."""
+    last_exit_status: int | None = None
+    """How its last unrequested exit ended, as ``Popen`` reports it (negative: that signal)."""
+    last_restart_at: str | None = None
+    """When it was last started again (ISO 8601, UTC)."""
 
 
 @dataclass

@@ -1,5 +1,10 @@
 """The supervisor behind ``mldiag up``: starts NATS, PostgreSQL, storage and the services
 in order, watches them, and stops them in reverse order on SIGINT, SIGTERM or SIGHUP.
+
+A component that exits on its own is started again after a backoff (``restarts``), while the
+rest keeps running; the state file records its restarts. A service that crash-loops is given
+up on (marked ``failed``) and the rest of the stack stays up; NATS or PostgreSQL crash-looping
+stops the stack, since no service can work without them.
 """
 
 import contextlib
@@ -10,11 +15,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
+from typing import Protocol
 
 import httpx
 
@@ -27,7 +33,6 @@ from mldiag.local.config import (
     service_available,
     service_environment,
 )
-from mldiag.local.control import stop_stack
 from mldiag.local.errors import AlreadyRunning, LocalStackError, StartupFailed
 from mldiag.local.nats import EmbeddedNats
 from mldiag.local.postgres import EmbeddedPostgres
@@ -39,6 +44,7 @@ from mldiag.local.process import (
     require_free_ports,
     stop_process,
 )
+from mldiag.local.restarts import RestartPolicy, RestartTracker, describe_exit
 from mldiag.local.state import (
     Component,
     StackState,
@@ -124,6 +130,16 @@ class _StopRequested(Exception):
 
 
 @dataclass
+class _Restarts:
+    """One component's restart bookkeeping (monotonic seconds)."""
+
+    tracker: RestartTracker
+    started_at: float
+    due: float | None = None
+    """When the pending restart is to happen; None when none is pending."""
+
+
+@dataclass
 class _Service:
     spec: ServiceSpec
     process: "subprocess.Popen[bytes]"
@@ -131,6 +147,33 @@ class _Service:
     health_url: str
     log_path: Path
     since: int
+    restarts: _Restarts
+
+
+class _Server(Protocol):
+    """What the supervisor needs of :class:`EmbeddedNats` and :class:`EmbeddedPostgres`."""
+
+    log_file: Path
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def running(self) -> bool: ...
+
+    @property
+    def exit_status(self) -> int | None: ...
+
+    def start(self) -> None: ...
+
+    def stop(self, timeout: float) -> None: ...
+
+
+@dataclass
+class _WatchedServer:
+    server: _Server
+    component: Component
+    restarts: _Restarts
 
 
 def _ignore(_message: str) -> None:
@@ -140,23 +183,32 @@ def _ignore(_message: str) -> None:
 class Supervisor:
     """Runs the stack in the foreground until SIGINT or SIGTERM, then stops it in order.
 
-    ``notify`` receives one-line progress messages meant for a person.
+    ``notify`` receives one-line progress messages meant for a person. ``policy`` says
+    when a component that exits on its own is restarted and when it is given up on.
     """
 
-    def __init__(self, config: StackConfig, notify: Callable[[str], None] = _ignore) -> None:
+    def __init__(
+        self,
+        config: StackConfig,
+        notify: Callable[[str], None] = _ignore,
+        policy: RestartPolicy | None = None,
+    ) -> None:
         self.config = config
         self.notify = notify
+        self.policy = policy or RestartPolicy()
         self.state: StackState | None = None
         self._nats: EmbeddedNats | None = None
         self._postgres: EmbeddedPostgres | None = None
+        self._servers: list[_WatchedServer] = []
         self._services: list[_Service] = []
+        self._env: dict[str, str] = {}
         self._stop_requested = False
         self._force = False
 
     def run(self, on_ready: Callable[[StackState], None] = lambda _state: None) -> int:
         """Start everything, call ``on_ready`` once all is healthy, run until asked to stop.
 
-        Returns 0 after a requested stop, 1 if a component exited on its own. Start-up
+        Returns 0 after a requested stop, 1 if NATS or PostgreSQL crash-looped. Start-up
         failures raise :class:`~mldiag.local.errors.LocalStackError` after everything
         started so far has been stopped again.
         """
@@ -230,6 +282,10 @@ class Supervisor:
         self._current().components.append(component)
         self._save()
 
+    def _watch_server(self, server: _Server, component: Component) -> None:
+        restarts = _Restarts(RestartTracker(self.policy), started_at=time.monotonic())
+        self._servers.append(_WatchedServer(server, component, restarts))
+
     def _start_all(self) -> None:
         config = self.config
         logs = config.logs_dir
@@ -250,6 +306,7 @@ class Supervisor:
                 detail=f"monitoring {nats.monitor_url}",
             )
         )
+        self._watch_server(nats, self._current().components[-1])
         self._check_stop()
         postgres = self._postgres = EmbeddedPostgres(
             config.home / "postgres", config.postgres_port, logs / "postgres.log"
@@ -267,6 +324,7 @@ class Supervisor:
                 detail=f"data {postgres.data_dir}",
             )
         )
+        self._watch_server(postgres, self._current().components[-1])
         self._record(
             Component(
                 name="storage",
@@ -279,10 +337,22 @@ class Supervisor:
         self._check_stop()
         env = service_environment(config, nats.url, postgres.url)
         env["MLDIAG_RUN_REGISTRY_BOOTSTRAP_ADMIN_TOKEN"] = ensure_local_token(config.home)
-        self._start_services(env)
+        self._env = env
+        self._start_services()
         self._wait_services_healthy()
 
-    def _start_services(self, env: dict[str, str]) -> None:
+    def _spawn(self, spec: ServiceSpec, log_path: Path) -> "subprocess.Popen[bytes]":
+        with log_path.open("ab") as out:
+            return subprocess.Popen(
+                [sys.executable, "-m", spec.module],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self._env,
+                start_new_session=True,
+            )
+
+    def _start_services(self) -> None:
         for name in self.config.services:
             spec = SPECS[name]
             if not service_available(spec):
@@ -293,15 +363,8 @@ class Supervisor:
             port = self.config.service_ports[name]
             log_path = self.config.logs_dir / f"{name}.log"
             since = log_size(log_path)
-            with log_path.open("ab") as out:
-                process = subprocess.Popen(
-                    [sys.executable, "-m", spec.module],
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                )
+            process = self._spawn(spec, log_path)
+            restarts = _Restarts(RestartTracker(self.policy), started_at=time.monotonic())
             base = f"http://{probe_host(host)}:{port}"
             health_url = f"{base}/healthz"
             component = Component(
@@ -315,7 +378,9 @@ class Supervisor:
                 health_url=health_url,
                 detail=None if host == LOCALHOST else f"listening on {host}",
             )
-            self._services.append(_Service(spec, process, component, health_url, log_path, since))
+            self._services.append(
+                _Service(spec, process, component, health_url, log_path, since, restarts)
+            )
             self._record(component)
             log.info("local.service.spawned service=%s pid=%d port=%d", name, process.pid, port)
 
@@ -357,21 +422,147 @@ class Supervisor:
                     time.sleep(0.1)
 
     def _watch(self) -> int:
-        while not self._stop_requested:
-            time.sleep(0.2)
-            for service in self._services:
-                if service.process.poll() is not None:
-                    self.notify(
-                        f"{service.spec.name} exited with status {service.process.returncode}; "
-                        f"stopping the stack. {service.log_path} ends with:\n"
-                        f"{log_tail(service.log_path, since=service.since)}"
-                    )
-                    return 1
-            for name, server in (("NATS", self._nats), ("PostgreSQL", self._postgres)):
-                if server is not None and not server.running:
-                    self.notify(f"{name} exited; stopping the stack. See {server.log_file}")
-                    return 1
+        # One thread does it all, and only between steps checks for a stop: a restart is
+        # either not begun or complete (and recorded) when the shutdown starts.
+        with httpx.Client(trust_env=False, timeout=0.5) as client:
+            while not self._stop_requested:
+                time.sleep(0.2)
+                for watched in self._servers:
+                    if not self._look_after_server(watched):
+                        return 1
+                for service in self._services:
+                    self._look_after_service(service, client)
         return 0
+
+    def _look_after_service(self, service: _Service, client: httpx.Client) -> None:
+        component, restarts = service.component, service.restarts
+        if component.state == "failed" or self._stop_requested:
+            return
+        if restarts.due is not None:
+            if time.monotonic() >= restarts.due:
+                self._restart_service(service)
+        elif service.process.poll() is not None:
+            # Whatever it left in its process group goes too: it may hold its port.
+            stop_process(service.process, signal.SIGKILL, timeout=0.0)
+            status = service.process.returncode
+            tail = log_tail(service.log_path, lines=10, since=service.since)
+            if not self._on_exit(component, restarts, status, service.log_path, tail):
+                self.notify(
+                    f"the rest of the stack keeps running without {component.name}; "
+                    f"`mldiag down` and `mldiag up` try it again"
+                )
+        elif component.state == "restarting" and _answers_ok(client, service.health_url):
+            component.state = "running"
+            self._save()
+            log.info(
+                "local.component.recovered component=%s pid=%s restarts=%d",
+                component.name,
+                component.pid,
+                component.restarts,
+            )
+            self.notify(f"{component.name} is healthy again (pid {component.pid})")
+
+    def _restart_service(self, service: _Service) -> None:
+        service.restarts.due = None
+        service.since = log_size(service.log_path)
+        service.process = self._spawn(service.spec, service.log_path)
+        service.restarts.started_at = time.monotonic()
+        self._note_restart(service.component, service.process.pid)
+
+    def _look_after_server(self, watched: _WatchedServer) -> bool:
+        """Restart NATS or PostgreSQL if it exited; False when it crash-loops."""
+        server, component, restarts = watched.server, watched.component, watched.restarts
+        if self._stop_requested:
+            return True
+        if restarts.due is not None:
+            if time.monotonic() < restarts.due:
+                return True
+            restarts.due = None
+            try:
+                server.start()  # returns once it is healthy again
+            except LocalStackError as error:
+                log.warning(
+                    "local.component.restart_failed component=%s error=%s", component.name, error
+                )
+                self._note_restart(component, None)
+                return self._server_exited(watched, None, str(error))
+            restarts.started_at = time.monotonic()
+            self._note_restart(component, server.pid)
+            component.state = "running"
+            self._save()
+            self.notify(f"{component.label} is healthy again (pid {component.pid})")
+            return True
+        if not server.running:
+            status = server.exit_status
+            server.stop(timeout=5.0)  # reaps it and whatever its group left
+            return self._server_exited(watched, status, log_tail(server.log_file, lines=10))
+        return True
+
+    def _server_exited(self, watched: _WatchedServer, status: int | None, tail: str) -> bool:
+        component = watched.component
+        if self._on_exit(component, watched.restarts, status, watched.server.log_file, tail):
+            return True
+        self.notify(f"no service works without {component.label}; stopping the stack")
+        return False
+
+    def _on_exit(
+        self,
+        component: Component,
+        restarts: _Restarts,
+        status: int | None,
+        log_path: Path,
+        tail: str,
+    ) -> bool:
+        """Record an unrequested exit and schedule the restart; False on a crash loop."""
+        now = time.monotonic()
+        decision = restarts.tracker.on_exit(now, restarts.started_at)
+        component.last_exit_status = status
+        how = describe_exit(status)
+        if decision.give_up:
+            component.state = "failed"
+            self._save()
+            log.error(
+                "local.component.crash_loop component=%s crashes=%d window_seconds=%.0f "
+                "last_exit=%r",
+                component.name,
+                decision.crashes_in_window,
+                self.policy.window,
+                how,
+            )
+            self.notify(
+                f"{component.name} crashed {decision.crashes_in_window} times within "
+                f"{self.policy.window:.0f}s (last: {how}); giving up on it. "
+                f"{log_path} ends with:\n{tail}"
+            )
+            return False
+        component.state = "restarting"
+        restarts.due = now + decision.delay
+        self._save()
+        log.warning(
+            "local.component.exited component=%s last_exit=%r restart_in_seconds=%.1f",
+            component.name,
+            how,
+            decision.delay,
+        )
+        self.notify(
+            f"{component.name} exited ({how}); restarting it in {decision.delay:g}s. "
+            f"{log_path} ends with:\n{tail}"
+        )
+        return True
+
+    def _note_restart(self, component: Component, pid: int | None) -> None:
+        component.pid = pid
+        component.start_ticks = process_start_ticks(pid) if pid is not None else None
+        component.restarts += 1
+        component.last_restart_at = datetime.now(UTC).isoformat(timespec="seconds")
+        component.state = "restarting"
+        self._save()
+        log.info(
+            "local.component.restarted component=%s pid=%s restarts=%d",
+            component.name,
+            pid,
+            component.restarts,
+        )
 
     def _stop_all(self) -> None:
         if self.state is not None and self.config.state_file.exists():
@@ -402,62 +593,8 @@ class Supervisor:
             self._nats.stop(timeout=quick or 10.0)
 
 
-def start_detached(
-    config: StackConfig, command: Sequence[str], timeout: float | None = None
-) -> StackState:
-    """Run ``command`` (a supervisor, e.g. ``python -m mldiag.cli up ...``) in the background.
-
-    It gets a session of its own and writes to ``<home>/logs/up.log``. Returns the state
-    once the stack is healthy; raises :class:`~mldiag.local.errors.StartupFailed` with the
-    log's tail if the supervisor exits first or the stack is not healthy in time.
-    """
-    preflight(config)
-    config.logs_dir.mkdir(parents=True, exist_ok=True)
-    up_log = config.logs_dir / "up.log"
-    since = log_size(up_log)
-    with up_log.open("ab") as out:
-        process = subprocess.Popen(
-            list(command),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    # Starting NATS and PostgreSQL (initdb on the first run) comes on top of the services.
-    deadline = time.monotonic() + (timeout or config.health_timeout + 60.0)
+def _answers_ok(client: httpx.Client, url: str) -> bool:
     try:
-        return _wait_detached_healthy(config, process, deadline, up_log, since)
-    except BaseException:
-        # Failed, timed out or interrupted: leave nothing half-started behind.
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60.0)
-            except subprocess.TimeoutExpired:
-                stop_stack(config.home, timeout=5.0)
-        raise
-
-
-def _wait_detached_healthy(
-    config: StackConfig,
-    process: "subprocess.Popen[bytes]",
-    deadline: float,
-    up_log: Path,
-    since: int,
-) -> StackState:
-    while True:
-        state = read_state(config.home)
-        if state and state.supervisor_pid == process.pid and state.status == "healthy":
-            return state
-        if process.poll() is not None:
-            raise StartupFailed(
-                f"the stack did not start (its supervisor exited with status "
-                f"{process.returncode}); {up_log} ends with:\n"
-                f"{log_tail(up_log, lines=40, since=since)}"
-            )
-        if time.monotonic() > deadline:
-            raise StartupFailed(
-                f"the stack was not healthy in time; {up_log} ends with:\n"
-                f"{log_tail(up_log, lines=40, since=since)}"
-            )
-        time.sleep(0.05)
+        return client.get(url).status_code == 200
+    except httpx.HTTPError:
+        return False
