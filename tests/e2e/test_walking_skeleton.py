@@ -201,6 +201,10 @@ def test_the_console_is_served_on_the_api_port(stack: Stack) -> None:
 
 def test_xprof_instance_starts_and_stops(stack: Stack) -> None:
     provisioner = f"http://127.0.0.1:{8084 + stack.offset}"
+    # Instances start only for runs with a profile in storage (the file:// root).
+    session = stack.home / "storage" / "e2e-profiles" / "plugins" / "profile" / "s1"
+    session.mkdir(parents=True)
+    (session / "host-0.xplane.pb").write_bytes(b"not much of an xplane")
     started = httpx.post(
         f"{provisioner}/v1/xprofInstances",
         json={"runIds": ["e2e-profiles"]},

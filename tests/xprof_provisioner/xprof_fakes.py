@@ -10,10 +10,11 @@ from typing import Any, Literal
 
 from mldiag_platform.storage import FileStore
 from mldiag_schemas.envelope import Envelope
+from mldiag_schemas.ids import is_run_id
 from mldiag_schemas.profiling import XProfInstanceChanged, XProfInstanceState
 from mldiag_xprof_provisioner.errors import XProfStartFailed
 from mldiag_xprof_provisioner.instances.backend import LaunchSpec
-from mldiag_xprof_provisioner.instances.service import XProfProvisioner
+from mldiag_xprof_provisioner.instances.service import Started, XProfProvisioner
 from mldiag_xprof_provisioner.settings import XProfProvisionerSettings
 
 STARTING, RUNNING, STOPPED, FAILED = (
@@ -23,6 +24,8 @@ STARTING, RUNNING, STOPPED, FAILED = (
     XProfInstanceState.FAILED,
 )
 Behaviour = Literal["ready", "exit", "hang", "gated"]
+ALICE, BOB = "token-alice", "token-bob"
+"""Callers (token ids): instances count against the caller that started them."""
 _pids = itertools.count(10_000)
 
 
@@ -125,6 +128,8 @@ class World:
             first_instance_port=9100,
             instance_port_count=overrides.pop("instance_port_count", 20),
             max_instances=overrides.pop("max_instances", 4),
+            # As many as the service holds, unless a test is about the per-caller limit.
+            max_instances_per_caller=overrides.pop("max_instances_per_caller", 4),
             idle_timeout_seconds=overrides.pop("idle_timeout_seconds", 60.0),
             startup_timeout_seconds=overrides.pop("startup_timeout_seconds", 5.0),
             memory_limit_bytes=overrides.pop("memory_limit_bytes", 4 * 1024**3),
@@ -137,3 +142,11 @@ class World:
         self.service = XProfProvisioner(
             self.settings, self.store, self.recorder, self.launcher, self.clock
         )
+
+    async def start(self, run_ids: Sequence[str], caller: str = ALICE) -> Started:
+        """``service.start``, first giving a run with no profile a session with one host's
+        xplane (instances are started only for runs with data)."""
+        for run_id in run_ids:
+            if is_run_id(run_id) and not await self.store.list(f"{run_id}/plugins/profile/"):
+                await self.store.put(f"{run_id}/plugins/profile/s0/h0.xplane.pb", b"xplane")
+        return await self.service.start(run_ids, caller)

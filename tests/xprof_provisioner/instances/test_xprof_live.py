@@ -8,6 +8,7 @@ import os
 import random
 import socket
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from mldiag_schemas.profiling import XProfInstanceChanged, XProfInstanceState
 from mldiag_xprof_provisioner.app import create_app
 from mldiag_xprof_provisioner.errors import XProfStartFailed
 from mldiag_xprof_provisioner.instances.backend import LaunchSpec
+from mldiag_xprof_provisioner.instances.child import SECRET_HEADER
 from mldiag_xprof_provisioner.instances.process import SubprocessLauncher, XProfChild, port_is_free
 from mldiag_xprof_provisioner.instances.service import XProfProvisioner
 from mldiag_xprof_provisioner.settings import XProfProvisionerSettings
@@ -40,10 +42,12 @@ class RecordingLauncher(SubprocessLauncher):
     def __init__(self) -> None:
         super().__init__()
         self.children: list[XProfChild] = []
+        self.specs: list[LaunchSpec] = []
 
     async def launch(self, spec: LaunchSpec) -> XProfChild:
         child = await super().launch(spec)
         self.children.append(child)
+        self.specs.append(spec)
         return child
 
 
@@ -60,9 +64,10 @@ def _settings(tmp_path: Path, **overrides: float) -> XProfProvisionerSettings:
     )
 
 
-def _fetch_json(url: str) -> object:
+def _fetch_json(url: str, secret: str) -> object:
+    request = urllib.request.Request(url, headers={SECRET_HEADER: secret})  # noqa: S310
     # XProf gzips its answers whether asked to or not.
-    with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310  # http to ourselves
+    with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310  # http to ourselves
         raw = response.read()
     return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
 
@@ -121,7 +126,7 @@ async def test_a_real_xprof_lists_the_runs_session_and_stops_without_a_trace(
     service = XProfProvisioner(settings, store, recorder, launcher)
 
     started_at = time.perf_counter()
-    started = await service.start(["run-live"])
+    started = await service.start(["run-live"], "token-live")
     start_seconds = time.perf_counter() - started_at
 
     instance = started.instance
@@ -129,8 +134,15 @@ async def test_a_real_xprof_lists_the_runs_session_and_stops_without_a_trace(
     [child] = launcher.children
     try:
         direct = f"http://127.0.0.1:{instance.port}/data/plugin/profile/runs"
-        runs = await asyncio.to_thread(_fetch_json, direct)
+        [spec] = launcher.specs
+        runs = await asyncio.to_thread(_fetch_json, direct, spec.secret)
         assert runs == ["run-live/session1"]
+        # The secret is the instance's own: nothing the API returns carries it.
+        assert spec.secret not in instance.model_dump_json()
+        assert spec.secret not in repr(spec)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            await asyncio.to_thread(_fetch_json, direct, "a guess")
+        assert refused.value.code == 403
         # Loopback only, and no gRPC worker: the proxy is the only way in.
         assert _listening(child.pid) == {("127.0.0.1", instance.port)}
         assert instance.grpc_port == 0
@@ -158,10 +170,12 @@ async def test_the_idle_reaper_stops_a_real_xprof(tmp_path: Path) -> None:
     settings = _settings(tmp_path, idle_timeout_seconds=0.5)
     launcher = RecordingLauncher()
     recorder = Recorder()
-    service = XProfProvisioner(settings, FileStore(tmp_path / "storage"), recorder, launcher)
+    store = FileStore(tmp_path / "storage")
+    await store.put(PROFILE_KEY.format(run="run-idle"), b"xplane")
+    service = XProfProvisioner(settings, store, recorder, launcher)
     reaper = asyncio.create_task(service.run_reaper())
     try:
-        instance = (await service.start(["run-idle"])).instance
+        instance = (await service.start(["run-idle"], "token-idle")).instance
         assert instance.state is XProfInstanceState.RUNNING, instance.error
 
         async def state() -> XProfInstanceState:
@@ -187,15 +201,15 @@ class LyingLauncher(RecordingLauncher):
 
 async def test_an_xprof_that_cannot_bind_is_failed_with_its_log(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
-    service = XProfProvisioner(
-        settings, FileStore(tmp_path / "storage"), Recorder(), LyingLauncher()
-    )
+    store = FileStore(tmp_path / "storage")
+    await store.put(PROFILE_KEY.format(run="run-squatted"), b"xplane")
+    service = XProfProvisioner(settings, store, Recorder(), LyingLauncher())
     with socket.socket(socket.AF_INET6) as squatter:
         squatter.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         squatter.bind(("::", settings.first_instance_port))
         squatter.listen()
         with pytest.raises(XProfStartFailed, match="exited with status") as caught:
-            await service.start(["run-squatted"])
+            await service.start(["run-squatted"], "token-squatter")
     print(caught.value.message)  # noqa: T201
     [failed] = await service.list_instances()
     assert failed.state is XProfInstanceState.FAILED

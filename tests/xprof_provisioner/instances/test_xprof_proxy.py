@@ -113,6 +113,8 @@ async def test_conversion_locks_go_once_answered_and_a_stopped_instance_is_forgo
     seen: list[str] = []
 
     def answer(request: httpx.Request) -> httpx.Response:
+        # Every request carries the instance's secret, whatever the caller sent.
+        assert request.headers["x-mldiag-instance-secret"] == "the-instance-secret"
         seen.append(request.url.params["host"])
         return httpx.Response(next(answers))
 
@@ -122,7 +124,9 @@ async def test_conversion_locks_go_once_answered_and_a_stopped_instance_is_forgo
     try:
         for host in ("h0", "h0", "h0", "h1"):
             passed = route("data/plugin/profile/data", [*query, ("host", host)], RUNS)
-            upstream = await client.send("GET", "instance-1", 9100, passed, "")
+            upstream = await client.send(
+                "GET", "instance-1", 9100, passed, "", secret="the-instance-secret"
+            )
             await upstream.close()
             # Nobody holds or waits on a conversion's lock: none is kept, whatever the key.
             assert client._converting._locks == {}

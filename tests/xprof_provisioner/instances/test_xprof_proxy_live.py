@@ -4,6 +4,8 @@ recycling restarts XProf. Tokens are held in memory (no NATS). The stack and its
 ``live_stack.py`` and ``conftest.py`` one level up, shared with ``warm/test_warm_live.py``."""
 
 import asyncio
+import urllib.error
+import urllib.request
 from typing import Any
 
 import httpx
@@ -145,3 +147,53 @@ async def test_an_instance_past_its_memory_cap_is_restarted_and_keeps_serving(
     assert after.port == before.port
     assert after.url == before.url
     assert _json(await stack.client.get(f"{base}runs")) == ["run-1/s1"]
+
+
+def _direct(port: int, path: str, headers: dict[str, str] | None = None) -> int:
+    """The status of a GET straight to an instance's port, around the proxy."""
+    request = urllib.request.Request(  # http to ourselves
+        f"http://127.0.0.1:{port}/{path}", headers=headers or {}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+            status: int = response.status
+    except urllib.error.HTTPError as refused:
+        return refused.code
+    return status
+
+
+async def test_an_instance_refuses_every_caller_that_goes_around_the_proxy(
+    stack: Stack, xplane: bytes
+) -> None:
+    # Issue 14, item 7: any local process could ask XProf for session_path=/, run_path= or
+    # capture_profile on 127.0.0.1:<port>. Now it must present the instance's secret.
+    await stack.put_session(xplane, "run-1", "s1")
+    location = await stack.open("run-1", "s1")
+    [instance] = await stack.service.list_instances()
+    around = [
+        "data/plugin/profile/runs",
+        "data/plugin/profile/runs?session_path=/etc",
+        "data/plugin/profile/run_tools?run_path=/",
+        "data/plugin/profile/capture_profile?service_addr=127.0.0.1:1&duration=10",
+        "data/plugin/profile/",
+        "data/plugin/profile/bundle.js",
+    ]
+    for path in around:
+        assert await asyncio.to_thread(_direct, instance.port, path) == 403, path
+        guessed = {"x-mldiag-instance-secret": "mldiag_" + "0" * 43}
+        assert await asyncio.to_thread(_direct, instance.port, path, guessed) == 403, path
+
+    # Through the proxy, end to end, the same instance serves the UI and the trace.
+    base = location.split("?")[0]
+    page = await stack.client.get(location)
+    assert page.status_code == 200
+    assert _json(await stack.client.get(f"{base}runs")) == ["run-1/s1"]
+    trace = await stack.client.get(
+        f"{base}data", params={"run": "run-1/s1", "tag": "trace_viewer@", "host": HOST}
+    )
+    assert trace.status_code == 200, trace.text[:300]
+    # No answer of the proxy carries the secret back.
+    record = stack.service._instances[instance.instance_id]
+    for answer in (page, trace):
+        assert record.secret not in str(answer.headers)
+        assert record.secret not in answer.text

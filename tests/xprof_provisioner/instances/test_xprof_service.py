@@ -21,7 +21,7 @@ from mldiag_xprof_provisioner.errors import (
 from mldiag_xprof_provisioner.instances import copies
 from mldiag_xprof_provisioner.instances.copies import OWNER_FILE
 from mldiag_xprof_provisioner.instances.service import XProfProvisioner
-from xprof_provisioner.xprof_fakes import FAILED, RUNNING, STARTING, STOPPED, World
+from xprof_provisioner.xprof_fakes import ALICE, FAILED, RUNNING, STARTING, STOPPED, World
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ async def test_start_copies_the_runs_profiles_and_reports_a_running_instance(wor
     await world.store.put("run-1/metrics.json", b"not a profile")
     await world.store.put("run-10/plugins/profile/s9/host.xplane.pb", b"another run")
 
-    started = await world.service.start(["run-1"])
+    started = await world.start(["run-1"])
 
     instance = started.instance
     assert started.created
@@ -67,34 +67,38 @@ async def test_start_copies_the_runs_profiles_and_reports_a_running_instance(wor
 async def test_an_instance_serves_several_runs_and_is_reused_for_any_subset(world: World) -> None:
     await world.store.put("run-a/plugins/profile/s1/h.xplane.pb", b"a")
     await world.store.put("run-b/plugins/profile/s2/h.xplane.pb", b"b")
-    both = await world.service.start(["run-b", "run-a", "run-b"])
+    both = await world.start(["run-b", "run-a", "run-b"])
     assert both.instance.run_ids == ["run-a", "run-b"]
     assert world.launcher.launched[0].files_at_launch == [
         "run-a/plugins/profile/s1/h.xplane.pb",
         "run-b/plugins/profile/s2/h.xplane.pb",
     ]
-    again = await world.service.start(["run-a"])
+    again = await world.start(["run-a"])
     assert not again.created
     assert again.instance.instance_id == both.instance.instance_id
     # A run it does not serve needs another instance; then the tighter fit wins.
-    other = await world.service.start(["run-a", "run-c"])
+    other = await world.start(["run-a", "run-c"])
     assert other.created
-    only_a = await world.service.start(["run-a"])
+    only_a = await world.start(["run-a"])
     assert only_a.instance.instance_id == both.instance.instance_id
     assert len(world.launcher.launched) == 2
 
 
-async def test_a_run_without_profiles_still_gets_an_instance(world: World) -> None:
-    started = await world.service.start(["empty-run"])
-    assert started.instance.state is RUNNING
-    assert (Path(started.instance.logdir) / "empty-run" / "plugins" / "profile").is_dir()
-    assert world.launcher.launched[0].files_at_launch == []
+async def test_a_run_without_profiles_gets_no_instance(world: World) -> None:
+    # An instance that would serve nothing must not take a slot (issue 14, item 8).
+    await world.store.put("empty-run/plugins/profile/s1/h.trace.json.gz", b"not an xplane")
+    with pytest.raises(RunNotFound, match="empty-run") as caught:
+        await world.service.start(["run-0", "empty-run"], ALICE)
+    assert caught.value.http_status == 404
+    assert caught.value.details == [{"runId": "empty-run"}, {"runId": "run-0"}]
+    assert world.launcher.launched == []
+    assert await world.service.list_instances() == []
 
 
 async def test_starting_a_run_again_returns_its_instance(world: World) -> None:
-    first = await world.service.start(["run-1"])
+    first = await world.start(["run-1"])
     world.clock.advance(10)
-    second = await world.service.start(["run-1"])
+    second = await world.start(["run-1"])
     assert not second.created
     assert second.instance.instance_id == first.instance.instance_id
     assert second.instance.last_access_time == world.clock.now
@@ -103,8 +107,8 @@ async def test_starting_a_run_again_returns_its_instance(world: World) -> None:
 
 async def test_concurrent_starts_of_one_run_share_one_xprof(world: World) -> None:
     world.launcher.behaviour = "gated"
-    first = asyncio.create_task(world.service.start(["run-1"]))
-    second = asyncio.create_task(world.service.start(["run-1"]))
+    first = asyncio.create_task(world.start(["run-1"]))
+    second = asyncio.create_task(world.start(["run-1"]))
     await asyncio.sleep(0.01)
     [listed] = await world.service.list_instances()
     assert listed.state is STARTING
@@ -116,41 +120,50 @@ async def test_concurrent_starts_of_one_run_share_one_xprof(world: World) -> Non
     assert len(world.launcher.launched) == 1
 
 
-async def test_more_than_max_instances_is_refused_with_a_clear_error(tmp_path: Path) -> None:
+async def test_more_than_max_instances_in_use_is_refused_with_a_clear_error(
+    tmp_path: Path,
+) -> None:
     world = World(tmp_path, max_instances=2)
-    first = await world.service.start(["run-1"])
-    await world.service.start(["run-2"])
-    with pytest.raises(TooManyInstances, match="limit of 2 XProf instances") as caught:
-        await world.service.start(["run-3"])
+    first = await world.start(["run-1"])
+    second = await world.start(["run-2"])
+    # Both answering a request: neither can make room.
+    leases = [await world.service.acquire(i.instance.instance_id) for i in (first, second)]
+    with pytest.raises(TooManyInstances, match="no room for another XProf") as caught:
+        await world.start(["run-3"])
     assert caught.value.code == "too_many_instances"
     assert caught.value.http_status == 429
-    await world.service.stop(first.instance.instance_id)
-    third = await world.service.start(["run-3"])
+    assert caught.value.details == [{"scope": "service", "limit": 2}]
+    for lease in leases:
+        lease.release()
+    third = await world.start(["run-3"])
     assert third.instance.state is RUNNING
+    # The caller's least recently used instance made room.
+    states = {i.run_ids[0]: i.state for i in await world.service.list_instances()}
+    assert states == {"run-1": STOPPED, "run-2": RUNNING, "run-3": RUNNING}
 
 
 async def test_ports_are_checked_and_never_shared_while_in_use(world: World) -> None:
     world.launcher.busy_ports = {9100, 9102}
-    one = (await world.service.start(["run-1"])).instance
-    two = (await world.service.start(["run-2"])).instance
+    one = (await world.start(["run-1"])).instance
+    two = (await world.start(["run-2"])).instance
     assert (one.port, two.port) == (9101, 9103)
     await world.service.stop(one.instance_id)
     # Freed ports return to the pool once their XProf is gone.
-    three = (await world.service.start(["run-3"])).instance
+    three = (await world.start(["run-3"])).instance
     assert three.port == 9101
 
 
 async def test_an_exhausted_port_range_is_a_clear_error(tmp_path: Path) -> None:
     world = World(tmp_path, instance_port_count=1)
-    await world.service.start(["run-1"])
+    await world.start(["run-1"])
     with pytest.raises(NoFreePorts, match="9100-9100"):
-        await world.service.start(["run-2"])
+        await world.start(["run-2"])
 
 
 @pytest.mark.parametrize("run_id", ["Not.Valid", "", "a/../../etc", "-x", "../x"])
 async def test_an_invalid_run_id_is_refused(world: World, run_id: str) -> None:
     with pytest.raises(InvalidRunId) as caught:
-        await world.service.start([run_id])
+        await world.start([run_id])
     assert caught.value.http_status == 400
     assert world.launcher.launched == []
 
@@ -158,7 +171,7 @@ async def test_an_invalid_run_id_is_refused(world: World, run_id: str) -> None:
 async def test_an_xprof_that_exits_is_failed_with_its_reason(world: World) -> None:
     world.launcher.behaviour = "exit"
     with pytest.raises(XProfStartFailed, match="boom") as caught:
-        await world.service.start(["run-1"])
+        await world.start(["run-1"])
     assert caught.value.code == "xprof_start_failed"
     [failed] = await world.service.list_instances()
     assert caught.value.details == [{"instance": failed.name}]
@@ -169,7 +182,7 @@ async def test_an_xprof_that_exits_is_failed_with_its_reason(world: World) -> No
     assert world.recorder.states() == [STARTING, FAILED]
     # The failed instance holds nothing: the run can be started again, on the same ports.
     world.launcher.behaviour = "ready"
-    again = await world.service.start(["run-1"])
+    again = await world.start(["run-1"])
     assert again.created
     assert again.instance.port == failed.port
 
@@ -178,7 +191,7 @@ async def test_an_xprof_that_never_answers_is_stopped_and_failed(tmp_path: Path)
     world = World(tmp_path, startup_timeout_seconds=0.05)
     world.launcher.behaviour = "hang"
     with pytest.raises(XProfStartFailed, match=r"did not answer on port \d+ within 0.05 s"):
-        await world.service.start(["run-1"])
+        await world.start(["run-1"])
     [process] = world.launcher.launched
     assert process.stops == 1
     [failed] = await world.service.list_instances()
@@ -187,7 +200,7 @@ async def test_an_xprof_that_never_answers_is_stopped_and_failed(tmp_path: Path)
 
 async def test_stop_ends_the_process_deletes_the_copy_and_is_idempotent(world: World) -> None:
     await world.store.put("run-1/plugins/profile/s1/h.xplane.pb", b"x")
-    instance = (await world.service.start(["run-1"])).instance
+    instance = (await world.start(["run-1"])).instance
     stopped = await world.service.stop(instance.instance_id)
     assert stopped.state is STOPPED
     assert stopped.url == ""
@@ -198,14 +211,14 @@ async def test_stop_ends_the_process_deletes_the_copy_and_is_idempotent(world: W
     assert world.launcher.launched[0].stops == 1
     assert world.recorder.states() == [STARTING, RUNNING, STOPPED]
     # A new start for the run makes a new instance rather than reviving the stopped one.
-    fresh = await world.service.start(["run-1"])
+    fresh = await world.start(["run-1"])
     assert fresh.created
     assert fresh.instance.instance_id != instance.instance_id
 
 
 async def test_stopping_a_starting_instance_cancels_its_start(world: World) -> None:
     world.launcher.behaviour = "gated"
-    starting = asyncio.create_task(world.service.start(["run-1"]))
+    starting = asyncio.create_task(world.start(["run-1"]))
     await asyncio.sleep(0.01)
     [listed] = await world.service.list_instances()
     stopped = await world.service.stop(listed.instance_id)
@@ -217,7 +230,7 @@ async def test_stopping_a_starting_instance_cancels_its_start(world: World) -> N
 
 
 async def test_concurrent_stops_stop_once(world: World) -> None:
-    instance = (await world.service.start(["run-1"])).instance
+    instance = (await world.start(["run-1"])).instance
     results = await asyncio.gather(*(world.service.stop(instance.instance_id) for _ in range(3)))
     assert {r.state for r in results} == {STOPPED}
     assert world.launcher.launched[0].stops == 1
@@ -225,7 +238,7 @@ async def test_concurrent_stops_stop_once(world: World) -> None:
 
 
 async def test_get_counts_as_access_and_unknown_ids_are_not_found(world: World) -> None:
-    instance = (await world.service.start(["run-1"])).instance
+    instance = (await world.start(["run-1"])).instance
     world.clock.advance(30)
     seen = await world.service.get(instance.instance_id)
     assert seen.last_access_time == world.clock.now
@@ -240,8 +253,8 @@ async def test_get_counts_as_access_and_unknown_ids_are_not_found(world: World) 
 
 
 async def test_the_reaper_stops_idle_instances_and_later_forgets_them(world: World) -> None:
-    idle = (await world.service.start(["run-1"])).instance
-    busy = (await world.service.start(["run-2"])).instance
+    idle = (await world.start(["run-1"])).instance
+    busy = (await world.start(["run-2"])).instance
     world.clock.advance(45)
     await world.service.get(busy.instance_id)
     world.clock.advance(30)  # idle: 75 s unused, busy: 30 s
@@ -262,7 +275,7 @@ async def test_the_reaper_stops_idle_instances_and_later_forgets_them(world: Wor
 
 async def test_the_reaper_task_runs_on_its_own(tmp_path: Path) -> None:
     world = World(tmp_path, idle_timeout_seconds=0.2)
-    instance = (await world.service.start(["run-1"])).instance
+    instance = (await world.start(["run-1"])).instance
     reaper = asyncio.create_task(world.service.run_reaper())
     try:
         world.clock.advance(1)
@@ -277,21 +290,21 @@ async def test_the_reaper_task_runs_on_its_own(tmp_path: Path) -> None:
 
 
 async def test_a_crashed_xprof_is_noticed_as_failed(world: World) -> None:
-    instance = (await world.service.start(["run-1"])).instance
+    instance = (await world.start(["run-1"])).instance
     world.launcher.launched[0].exit_status = -9
     seen = await world.service.get(instance.instance_id)
     assert seen.state is FAILED
     assert "exited with status -9" in seen.error
     assert "something broke" in seen.error
     # The run is served again by a fresh instance.
-    replacement = await world.service.start(["run-1"])
+    replacement = await world.start(["run-1"])
     assert replacement.created
     assert replacement.instance.state is RUNNING
 
 
 async def test_close_stops_every_instance(world: World) -> None:
     for run in ("run-1", "run-2", "run-3"):
-        await world.service.start([run])
+        await world.start([run])
     await world.service.close()
     assert {i.state for i in await world.service.list_instances()} == {STOPPED}
     assert [p.stops for p in world.launcher.launched] == [1, 1, 1]
@@ -317,7 +330,7 @@ async def test_object_keys_that_are_not_plain_files_are_skipped(world: World) ->
     odd = OddStore(world.store.root)
     await odd.put("run-1/plugins/profile/s1/h.xplane.pb", b"x")
     service = XProfProvisioner(world.settings, odd, world.recorder, world.launcher, world.clock)
-    await service.start(["run-1"])
+    await service.start(["run-1"], ALICE)
     assert world.launcher.launched[0].files_at_launch == ["run-1/plugins/profile/s1/h.xplane.pb"]
 
 
@@ -343,7 +356,7 @@ async def test_xprofs_cache_markers_are_copied_after_the_files_they_vouch_for(
         await store.put(f"run-1/plugins/profile/s1/{name}", b"x" * 3)
     service = XProfProvisioner(world.settings, store, world.recorder, world.launcher, world.clock)
 
-    await service.start(["run-1"])
+    await service.start(["run-1"], ALICE)
 
     assert sorted(store.read[-2:]) == [".cached_tools.json", "cache_version.txt"]
     assert sorted(store.read) == sorted(names)
@@ -369,7 +382,7 @@ async def test_a_stop_mid_copy_waits_for_writes_and_leaves_nothing(world: World)
     store = SlowStore(world.store.root)
     await store.put("run-1/plugins/profile/s1/h.xplane.pb", b"xplane")
     service = XProfProvisioner(world.settings, store, world.recorder, world.launcher, world.clock)
-    starting = asyncio.create_task(service.start(["run-1"]))
+    starting = asyncio.create_task(service.start(["run-1"], ALICE))
     await asyncio.to_thread(entered.wait, 5)
     [instance] = await service.list_instances()
     stopping = asyncio.create_task(service.stop(instance.instance_id))
@@ -385,7 +398,7 @@ async def test_a_stop_mid_copy_waits_for_writes_and_leaves_nothing(world: World)
 
 
 async def test_no_sync_writes_into_an_instance_being_torn_down(world: World) -> None:
-    instance = (await world.service.start(["run-1"])).instance
+    instance = (await world.start(["run-1"])).instance
     record = world.service._instances[instance.instance_id]
     await world.service.stop(instance.instance_id)
     await world.store.put("run-1/plugins/profile/s1/h.xplane.pb", b"late")
@@ -396,7 +409,7 @@ async def test_no_sync_writes_into_an_instance_being_torn_down(world: World) -> 
 
 async def test_a_bus_outage_does_not_stop_xprof_from_starting(tmp_path: Path) -> None:
     world = World(tmp_path, publish_fails=True)
-    instance = (await world.service.start(["run-1"])).instance
+    instance = (await world.start(["run-1"])).instance
     assert instance.state is RUNNING
     assert (await world.service.stop(instance.instance_id)).state is STOPPED
 
@@ -405,21 +418,21 @@ async def test_opening_a_session_starts_an_instance_and_names_its_hosts(world: W
     await world.store.put("run-1/plugins/profile/s1/host-b.xplane.pb", b"b")
     await world.store.put("run-1/plugins/profile/s1/host-a.xplane.pb", b"a")
     await world.store.put("run-1/plugins/profile/s1/host-a.trace.json.gz", b"not a host")
-    opened = await world.service.open_session("run-1", "s1")
+    opened = await world.service.open_session("run-1", "s1", ALICE)
     assert opened.created
     assert opened.hosts == ["host-a", "host-b"]
     assert opened.instance.state is RUNNING
     assert opened.instance.run_ids == ["run-1"]
-    again = await world.service.open_session("run-1", "s1")
+    again = await world.service.open_session("run-1", "s1", ALICE)
     assert not again.created
     assert again.instance.instance_id == opened.instance.instance_id
 
 
 async def test_opening_a_session_that_landed_after_the_copy_copies_it(world: World) -> None:
     await world.store.put("run-1/plugins/profile/s1/h.xplane.pb", b"one")
-    instance = (await world.service.start(["run-1"])).instance
+    instance = (await world.start(["run-1"])).instance
     await world.store.put("run-1/plugins/profile/s2/h.xplane.pb", b"two")
-    await world.service.open_session("run-1", "s2")
+    await world.service.open_session("run-1", "s2", ALICE)
     assert (Path(instance.logdir) / "run-1/plugins/profile/s2/h.xplane.pb").read_bytes() == b"two"
 
 
@@ -439,7 +452,7 @@ async def test_opening_an_unknown_session_is_a_clear_error(
     await world.store.put("run-1/plugins/profile/s1/h.xplane.pb", b"x")
     await world.store.put("run-1/plugins/profile/empty/h.trace.json.gz", b"no xplane")
     with pytest.raises(error):
-        await world.service.open_session(run_id, session_id)
+        await world.service.open_session(run_id, session_id, ALICE)
     assert world.launcher.launched == []
 
 
@@ -447,8 +460,8 @@ async def test_a_session_change_syncs_new_files_into_instances_serving_the_run(
     world: World,
 ) -> None:
     await world.store.put("run-1/plugins/profile/s1/h1.xplane.pb", b"h1")
-    serving = (await world.service.start(["run-1", "run-2"])).instance
-    other = (await world.service.start(["run-3"])).instance
+    serving = (await world.start(["run-1", "run-2"])).instance
+    other = (await world.start(["run-3"])).instance
     logdir = Path(serving.logdir) / "run-1/plugins/profile/s1"
     # XProf wrote its own cache meanwhile: a sync must not overwrite it.
     (logdir / "h1.SSTABLE").write_bytes(b"computed by XProf")
@@ -469,7 +482,7 @@ async def test_a_session_change_syncs_new_files_into_instances_serving_the_run(
 
 
 async def test_a_request_in_flight_keeps_an_instance_from_being_reaped(world: World) -> None:
-    instance = (await world.service.start(["run-1"])).instance
+    instance = (await world.start(["run-1"])).instance
     lease = await world.service.acquire(instance.instance_id)
     assert lease.port == instance.port
     assert lease.run_ids == ("run-1",)
@@ -493,7 +506,7 @@ async def test_a_request_in_flight_keeps_an_instance_from_being_reaped(world: Wo
 
 async def test_acquiring_a_starting_instance_waits_for_it(world: World) -> None:
     world.launcher.behaviour = "gated"
-    starting = asyncio.create_task(world.service.start(["run-1"]))
+    starting = asyncio.create_task(world.start(["run-1"]))
     await asyncio.sleep(0.01)
     [listed] = await world.service.list_instances()
     acquiring = asyncio.create_task(world.service.acquire(listed.instance_id))
@@ -511,7 +524,7 @@ async def test_an_instance_past_its_memory_cap_is_recycled_keeping_its_id(
 ) -> None:
     world = World(tmp_path, memory_limit_bytes=500 * 1024 * 1024)
     await world.store.put("run-1/plugins/profile/s1/h.xplane.pb", b"x")
-    instance = (await world.service.start(["run-1"])).instance
+    instance = (await world.start(["run-1"])).instance
     [first] = world.launcher.launched
     first.rss = 2 * 1024**3  # a big trace was rendered
     lease = await world.service.acquire(instance.instance_id)
@@ -545,7 +558,7 @@ async def test_an_instance_that_fails_to_come_back_from_a_recycle_is_failed(
     tmp_path: Path,
 ) -> None:
     world = World(tmp_path, memory_limit_bytes=1)
-    instance = (await world.service.start(["run-1"])).instance
+    instance = (await world.start(["run-1"])).instance
     world.launcher.behaviour = "exit"
     await world.service.reap()
     with pytest.raises(InstanceNotRunning):
@@ -558,7 +571,7 @@ async def test_an_instance_that_fails_to_come_back_from_a_recycle_is_failed(
 
 async def test_no_cap_means_no_recycle(tmp_path: Path) -> None:
     world = World(tmp_path, memory_limit_bytes=0)
-    await world.service.start(["run-1"])
+    await world.start(["run-1"])
     world.launcher.launched[0].rss = 64 * 1024**3
     await world.service.reap()
     assert len(world.launcher.launched) == 1
@@ -567,6 +580,6 @@ async def test_no_cap_means_no_recycle(tmp_path: Path) -> None:
 async def test_stop_listeners_hear_of_every_stopped_instance(world: World) -> None:
     heard: list[str] = []
     world.service.on_stop(heard.append)
-    instance = (await world.service.start(["run-1"])).instance
+    instance = (await world.start(["run-1"])).instance
     await world.service.stop(instance.instance_id)
     assert heard == [instance.instance_id]

@@ -15,7 +15,7 @@ from mldiag_schemas.profiling import (
     ProfilerSessionReported,
 )
 from mldiag_xprof_provisioner.warm.service import SessionWarmer, marker_key, xprof_version
-from xprof_provisioner.xprof_fakes import World
+from xprof_provisioner.xprof_fakes import ALICE, World
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 PREFIX = "run-1/plugins/profile/s1/"
@@ -128,7 +128,7 @@ async def test_a_rewarm_replaces_the_old_caches_in_running_instances(tmp_path: P
     world, store, _, warmer = _setup(tmp_path)
     await store.put(PREFIX + "h0.xplane.pb", b"0")
     await warmer.warm(_session("h0"))
-    instance = (await world.service.start(["run-1"])).instance
+    instance = (await world.service.start(["run-1"], ALICE)).instance
     copy = Path(instance.logdir) / "run-1/plugins/profile/s1"
     assert (copy / "ALL_HOSTS.op_stats_v2.pb").read_text() == "h0"
     (copy / "ALL_HOSTS.memory_stats.pb").write_text("XProf's own, from h0 alone")

@@ -35,6 +35,18 @@ class XProfProvisionerSettings(BaseSettings):
     max_instances: int = Field(
         default=4, ge=1, description="Most XProf processes running (or starting) at once."
     )
+    max_instances_per_caller: int = Field(
+        default=2,
+        ge=1,
+        description="Most instances one caller (API token) may have started and still running: "
+        "asking for another recycles that caller's least recently used idle one.",
+    )
+    eviction_idle_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="When every instance slot is taken, another caller's instance unused for "
+        "this long (and answering no request) is stopped to make room.",
+    )
     idle_timeout_seconds: float = Field(
         default=900.0, gt=0, description="An instance not used for this long is stopped."
     )

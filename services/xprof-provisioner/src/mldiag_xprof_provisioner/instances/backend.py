@@ -5,18 +5,21 @@ Local processes fill them in today (``process.py``); a Kubernetes backend (a pod
 instance) fits the same two protocols.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """What an XProf process needs: a logdir, a loopback HTTP port, and a log file."""
+    """What an XProf process needs: a logdir, a loopback HTTP port, a log file, and the secret
+    every request to it must carry."""
 
     logdir: Path
     port: int
     log_path: Path
+    secret: str = field(repr=False)
+    """Handed to XProf privately (never on its command line) and sent only by the proxy."""
 
 
 class XProfProcess(Protocol):

@@ -47,6 +47,23 @@ def session_hosts(keys: Iterable[str], prefix: str) -> list[str]:
     return sorted(hosts)
 
 
+def has_xplane(keys: Iterable[str], run_id: str) -> bool:
+    """Whether ``keys`` hold a host's xplane in a session of the run
+    (``<run>/plugins/profile/<session>/<host>.xplane.pb``)."""
+    base = profile_prefix(run_id).rstrip("/") + "/"
+    for key in keys:
+        session, _, name = key.removeprefix(base).partition("/")
+        if (
+            key.startswith(base)
+            and session
+            and "/" not in name
+            and name.endswith(XPLANE_SUFFIX)
+            and len(name) > len(XPLANE_SUFFIX)
+        ):
+            return True
+    return False
+
+
 async def copy_runs(store: ObjectStore, record: InstanceRecord) -> tuple[int, int]:
     """Download the runs' session trees into the instance's own writable logdir; returns
     how many files and bytes. Pre-warmed caches in the store come along, so a warmed

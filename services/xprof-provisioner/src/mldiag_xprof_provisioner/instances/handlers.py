@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from starlette.background import BackgroundTask
 
 from mldiag_platform.auth import Authorizer, Principal, requires
+from mldiag_platform.errors import PayloadTooLarge
 from mldiag_platform.http import ContractResponse
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.errors import ErrorBody
@@ -59,7 +60,7 @@ _START_BODY = {
     }
 }
 _ERRORS: dict[int | str, dict[str, object]] = {
-    status: {"model": ErrorBody} for status in (400, 404, 429, 503)
+    status: {"model": ErrorBody} for status in (400, 401, 403, 404, 413, 429, 503)
 }
 _PROXY_ERRORS: dict[int | str, dict[str, object]] = {
     status: {"model": ErrorBody} for status in (400, 401, 403, 404, 409, 429, 503)
@@ -89,18 +90,18 @@ async def _authorize(request: Request, permission: Permission, token: str = "") 
 @router.post(
     INSTANCES_PATH,
     status_code=201,
-    dependencies=[requires(Permission.XPROF_CREATE)],
     openapi_extra=_START_BODY,
     responses={201: {"model": XProfInstance}, 200: {"model": XProfInstance}, **_ERRORS},
 )
-async def start_instance(request: Request) -> Response:
+async def start_instance(
+    request: Request, caller: Annotated[Principal, requires(Permission.XPROF_CREATE)]
+) -> Response:
     """Serve runs' sessions: 201 with a new RUNNING instance, 200 with one that serves them."""
-    declared = request.headers.get("content-length", "")
-    body = b"" if declared.isdigit() and int(declared) > _MAX_BODY_BYTES else await request.body()
-    if not body or len(body) > _MAX_BODY_BYTES:
-        raise InvalidStartRequest(
-            f"a start request is a JSON body of at most {_MAX_BODY_BYTES} bytes"
-        )
+    # Serving a run's profiles is reading the run.
+    caller.require(Permission.RUNS_GET)
+    body = await _read_body(request, _MAX_BODY_BYTES)
+    if not body:
+        raise InvalidStartRequest("a start request is a JSON body naming the runs to serve")
     try:
         start = StartXProfRequest.model_validate_json(body)
     except ValidationError as exc:
@@ -118,7 +119,7 @@ async def start_instance(request: Request) -> Response:
             for e in errors[:20]
         ]
         raise InvalidStartRequest("the start request is not valid", details=details) from None
-    started = await _service(request).start(start.run_ids)
+    started = await _service(request).start(start.run_ids, caller.token_id)
     return ContractResponse(started.instance, status_code=201 if started.created else 200)
 
 
@@ -163,11 +164,12 @@ async def open_session(
     token: Annotated[str, Query(max_length=512, description="Becomes the cookie.")] = "",
 ) -> Response:
     """The shareable link: open a session in XProf, starting an instance if need be."""
-    await _authorize(request, Permission.XPROF_CREATE, token)
+    caller = await _authorize(request, Permission.XPROF_CREATE, token)
+    caller.require(Permission.RUNS_GET)
     check_tool(tool)
     if host:
         check_host(host)
-    opened = await _service(request).open_session(run, session)
+    opened = await _service(request).open_session(run, session, caller.token_id)
     if host and host not in opened.hosts and host != ALL_HOSTS:
         raise InvalidParameter(
             f"session {session!r} of run {run!r} has no host {host!r}",
@@ -206,7 +208,12 @@ async def proxy(request: Request, instance_id: str, path: str) -> Response:
     try:
         target = route(path, request.query_params.multi_items(), lease.run_ids)
         upstream = await _client(request).send(
-            request.method, lease.instance_id, lease.port, target, request.headers.get("accept", "")
+            request.method,
+            lease.instance_id,
+            lease.port,
+            target,
+            request.headers.get("accept", ""),
+            secret=lease.secret,
         )
     except BaseException:
         lease.release()
@@ -240,6 +247,29 @@ async def proxy_refused(instance_id: str, path: str) -> Response:
     """XProf's UI only reads; its one write (capture) is refused outright."""
     raise MethodNotAllowed(
         f"the XProf proxy answers GET and HEAD only, not on /{path} of {instance_id}"
+    )
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it passes ``limit`` bytes: a declared length at
+    once, a chunked one while it arrives, so memory never holds more than ``limit``."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            # The rest is never read: the server drops the connection after the answer.
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"the request body is larger than {limit} bytes", details=[{"limitBytes": limit}]
     )
 
 

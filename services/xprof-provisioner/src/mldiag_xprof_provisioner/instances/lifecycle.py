@@ -146,7 +146,10 @@ class InstanceLifecycle:
 
     async def _launch(self, record: InstanceRecord) -> None:
         spec = LaunchSpec(
-            logdir=record.logdir, port=record.port, log_path=record.directory / LOG_FILE
+            logdir=record.logdir,
+            port=record.port,
+            log_path=record.directory / LOG_FILE,
+            secret=record.secret,
         )
         record.process = await self._launcher.launch(spec)
         await self._wait_ready(record, record.process)

@@ -92,7 +92,9 @@ class SubprocessLauncher:
         with spec.log_path.open("ab") as log_file:
             process = await asyncio.create_subprocess_exec(
                 *command,
-                stdin=subprocess.DEVNULL,
+                # The secret goes on stdin: a command line or an environment is readable in
+                # /proc (by everyone, or by whoever shares our uid).
+                stdin=subprocess.PIPE,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 cwd=spec.log_path.parent,
@@ -101,6 +103,7 @@ class SubprocessLauncher:
                 # provisioner, which then stops its instances in order.
                 start_new_session=True,
             )
+        await _hand_secret(process, spec.secret)
         log.debug("xprof.process.launched", pid=process.pid, port=spec.port)
         return XProfChild(process, spec)
 
@@ -135,7 +138,7 @@ class XProfChild:
                 )
             # The process must still be ours after the answer: something else could have
             # taken the port between the free-port check and XProf's bind.
-            if await _answers(self._spec.port) and self.returncode is None:
+            if await _answers(self._spec.port, self._spec.secret) and self.returncode is None:
                 return
             await asyncio.sleep(_POLL_SECONDS)
 
@@ -164,9 +167,26 @@ class XProfChild:
         return log_tail(self._spec.log_path)
 
 
-async def _answers(port: int) -> bool:
-    """Whether ``GET READY_PATH`` on the local port returns 200."""
-    request = f"GET {READY_PATH} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+async def _hand_secret(process: asyncio.subprocess.Process, secret: str) -> None:
+    """Write the secret on the child's stdin (a pipe) and close it."""
+    stdin = process.stdin
+    if stdin is None:
+        return  # not a pipe: the child refuses to serve without a secret
+    try:
+        stdin.write(secret.encode() + b"\n")
+        await stdin.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # it exited already: wait_ready reports that, with its log
+    finally:
+        stdin.close()
+
+
+async def _answers(port: int, secret: str) -> bool:
+    """Whether ``GET READY_PATH`` on the local port, with the instance's secret, returns 200."""
+    request = (
+        f"GET {READY_PATH} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n"
+        f"{child.SECRET_HEADER}: {secret}\r\n\r\n"
+    ).encode()
     writer: asyncio.StreamWriter | None = None
     try:
         async with asyncio.timeout(_PROBE_TIMEOUT_SECONDS):

@@ -33,7 +33,7 @@ from mldiag_xprof_provisioner.errors import (
     InvalidParameter,
     XProfUnreachable,
 )
-from mldiag_xprof_provisioner.instances.child import LOOPBACK
+from mldiag_xprof_provisioner.instances.child import LOOPBACK, SECRET_HEADER
 from mldiag_xprof_provisioner.locks import KeyedLocks
 
 PLUGIN = "data/plugin/profile"
@@ -341,18 +341,18 @@ class XProfClient:
         )
 
     async def send(
-        self, method: str, instance_id: str, port: int, route: Route, accept: str
+        self, method: str, instance_id: str, port: int, route: Route, accept: str, *, secret: str
     ) -> Upstream:
-        """Send ``route`` to the instance on ``port``; the answer streams.
+        """Send ``route`` to the instance on ``port`` with its ``secret``; the answer streams.
 
         Returns once XProf has sent its headers, which it does only after converting.
         """
         conversion = route.conversion
         if conversion is None or conversion in self._converted.get(instance_id, ()):
-            return await self._send(method, port, route, accept)
+            return await self._send(method, port, route, accept, secret)
         # NUL never occurs in a passed value (see _check_value): the key is unambiguous.
         async with self._converting.hold(["\0".join((instance_id, *conversion))]):
-            upstream = await self._send(method, port, route, accept)
+            upstream = await self._send(method, port, route, accept, secret)
             if upstream.status_code == 200:
                 self._remember(instance_id, conversion)
             return upstream
@@ -370,13 +370,20 @@ class XProfClient:
             known.add(conversion)
             self._remembered += 1
 
-    async def _send(self, method: str, port: int, route: Route, accept: str) -> Upstream:
+    async def _send(
+        self, method: str, port: int, route: Route, accept: str, secret: str
+    ) -> Upstream:
         request = self._client.build_request(
             method,
             f"http://{LOOPBACK}:{port}/{route.path}",
             params=list(route.query),
-            # Nothing of the caller's goes on, credentials least of all.
-            headers={"accept": accept or "*/*", "accept-encoding": "gzip"},
+            # Nothing of the caller's goes on, credentials least of all; the instance's
+            # secret is ours, and no answer header carries it back (PASSED_RESPONSE_HEADERS).
+            headers={
+                "accept": accept or "*/*",
+                "accept-encoding": "gzip",
+                SECRET_HEADER: secret,
+            },
         )
         try:
             response = await self._client.send(request, stream=True)

@@ -24,6 +24,10 @@ class InstanceRecord:
     create_time: datetime
     last_access_time: datetime
     log: structlog.stdlib.BoundLogger
+    owner: str
+    """The caller that started it (a token id): whose per-caller limit it counts against."""
+    secret: str = field(repr=False)
+    """What XProf wants on every request (see ``child.py``); never logged nor returned."""
     state: XProfInstanceState = XProfInstanceState.STARTING
     url: str = ""
     error: str = ""
@@ -99,6 +103,11 @@ class Lease:
     def run_ids(self) -> tuple[str, ...]:
         """The runs the instance serves."""
         return self._record.run_ids
+
+    @property
+    def secret(self) -> str:
+        """What the proxy presents to XProf."""
+        return self._record.secret
 
     def release(self) -> None:
         """The request is answered: a long answer counts as use until its end."""

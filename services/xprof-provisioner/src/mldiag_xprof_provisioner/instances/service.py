@@ -20,6 +20,7 @@ process left on disk.
 
 import asyncio
 import re
+import secrets
 import shutil
 import uuid
 from collections.abc import Callable, Sequence
@@ -139,39 +140,31 @@ class XProfProvisioner:
 
     # -- requests -------------------------------------------------------------------------
 
-    async def start(self, run_ids: Sequence[str]) -> Started:
-        """Serve the sessions of ``run_ids``; reuse an instance (up or coming up) that serves
-        all of them already, else start one."""
+    async def start(self, run_ids: Sequence[str], caller: str) -> Started:
+        """Serve the sessions of ``run_ids`` for ``caller`` (a token id); reuse an instance (up
+        or coming up) that serves all of them already, else start one.
+
+        Raises :class:`RunNotFound` for a run with no host's xplane in storage: an instance
+        that would serve nothing is never started (nor a slot taken for it).
+        """
         for run_id in run_ids:
             check_run_id(run_id)
         wanted = tuple(sorted(set(run_ids)))
         if not wanted:
             raise InvalidRunId("name at least one run to serve")
-        existing = self._active_serving(wanted)
-        if existing is not None:
-            await self._lifecycle.refresh(existing)  # a crashed XProf must not be handed out again
-            existing = self._active_serving(wanted)
-        # From here until the lifecycle has the start under way nothing awaits: two requests
-        # for one run cannot both admit.
-        if existing is None:
-            record = self._admit(wanted)
-            self._lifecycle.start(record, self._url(record))
-            created = True
-        else:
-            record = existing
-            record.last_access_time = self._clock()
-            created = False
-        await self._lifecycle.settled(record)
-        if record.state is XProfInstanceState.FAILED:
-            raise XProfStartFailed(
-                f"XProf for runs {', '.join(wanted)} did not start: {record.error}",
-                details=[{"instance": record.name}],
+        found = await asyncio.gather(*(self._has_profiles(run_id) for run_id in wanted))
+        if missing := [run_id for run_id, has in zip(wanted, found, strict=True) if not has]:
+            raise RunNotFound(
+                f"no profile session in storage for run {', '.join(missing)}: there is nothing"
+                " for XProf to serve",
+                details=[{"runId": run_id} for run_id in missing],
             )
-        return Started(record.snapshot(), created)
+        return await self._start(wanted, caller)
 
-    async def open_session(self, run_id: str, session_id: str) -> OpenedSession:
-        """Make a session viewable: find or start an instance serving its run, and make sure
-        the session is in that instance's copy (it may have landed after the copy was made).
+    async def open_session(self, run_id: str, session_id: str, caller: str) -> OpenedSession:
+        """Make a session viewable for ``caller``: find or start an instance serving its run,
+        and make sure the session is in that instance's copy (it may have landed after the
+        copy was made).
 
         Raises :class:`RunNotFound` / :class:`SessionNotFound` when the store has no xplane.
         """
@@ -180,12 +173,12 @@ class XProfProvisioner:
         prefix = session_prefix(run_id, session_id)
         hosts = copies.session_hosts(await self._store.list(prefix), prefix)
         if not hosts:
-            if not await self._store.list(copies.profile_prefix(run_id)):
+            if not await self._has_profiles(run_id):
                 raise RunNotFound(f"run {run_id!r} has no profile sessions in storage")
             raise SessionNotFound(
                 f"run {run_id!r} has no session {session_id!r} with a host's xplane"
             )
-        started = await self.start([run_id])
+        started = await self._start((run_id,), caller)
         record = self._instances[started.instance.instance_id]
         if record.state is XProfInstanceState.RUNNING:
             await copies.copy_session(self._store, record, run_id, session_id)
@@ -326,18 +319,91 @@ class XProfProvisioner:
         # The tightest fit: an instance of exactly these runs before a bigger one.
         return min(candidates, key=lambda r: (len(r.run_ids), r.create_time), default=None)
 
+    async def _has_profiles(self, run_id: str) -> bool:
+        return copies.has_xplane(await self._store.list(copies.profile_prefix(run_id)), run_id)
+
+    async def _start(self, wanted: tuple[str, ...], caller: str) -> Started:
+        existing = self._active_serving(wanted)
+        if existing is not None:
+            await self._lifecycle.refresh(existing)  # a crashed XProf must not be handed out again
+        # Each pass reuses, admits, or stops one instance to make room and looks again. From
+        # the check until the lifecycle has the start under way nothing awaits: two requests
+        # for one run cannot both admit. Passes are bounded: others may take the room made.
+        for _ in range(self._settings.max_instances + 1):
+            record = self._active_serving(wanted)
+            if record is not None:
+                record.last_access_time = self._clock()
+                created = False
+                break
+            victim = self._make_room(caller)
+            if victim is None:
+                record = self._admit(wanted, caller)
+                self._lifecycle.start(record, self._url(record))
+                created = True
+                break
+            await self._lifecycle.stop(victim, reason="evicted")
+        else:
+            raise self._too_many("instances are being started and stopped by others right now")
+        await self._lifecycle.settled(record)
+        if record.state is XProfInstanceState.FAILED:
+            raise XProfStartFailed(
+                f"XProf for runs {', '.join(wanted)} did not start: {record.error}",
+                details=[{"instance": record.name}],
+            )
+        return Started(record.snapshot(), created)
+
+    def _make_room(self, caller: str) -> InstanceRecord | None:
+        """The instance to stop before ``caller`` may start one (``None``: there is room), or
+        raise :class:`TooManyInstances`.
+
+        A caller at its own limit recycles its least recently used idle instance; when every
+        slot is taken, the caller's own idle instances go first, then another caller's that
+        has been unused for ``eviction_idle_seconds``. So one caller's flood takes at most
+        its share, and nobody waits for the idle timeout behind instances nobody reads.
+        """
+        active = [r for r in self._instances.values() if r.state in ACTIVE_STATES]
+        mine = [r for r in active if r.owner == caller]
+        per_caller = self._settings.max_instances_per_caller
+        if len(mine) >= per_caller:
+            victim = _stopping(mine) or _least_recently_used(mine, self._clock(), 0.0)
+            if victim is None:
+                raise self._too_many(
+                    f"you have {per_caller} instances starting or answering requests, the"
+                    " most one caller may have: stop one, or try again once a request ends",
+                    scope="caller",
+                )
+            return victim
+        if len(active) < self._settings.max_instances:
+            return None
+        idle_after = self._settings.eviction_idle_seconds
+        victim = (
+            _stopping(active)
+            or _least_recently_used(mine, self._clock(), 0.0)
+            or _least_recently_used(active, self._clock(), idle_after)
+        )
+        if victim is None:
+            raise self._too_many(
+                f"every one is starting or was used in the last {idle_after:g} s; try again"
+                " shortly (an instance unused for that long makes room)"
+            )
+        return victim
+
+    def _too_many(self, why: str, scope: str = "service") -> TooManyInstances:
+        limit = (
+            self._settings.max_instances_per_caller
+            if scope == "caller"
+            else self._settings.max_instances
+        )
+        return TooManyInstances(
+            f"no room for another XProf instance: {why}",
+            details=[{"scope": scope, "limit": limit}],
+        )
+
     def _active_count(self) -> int:
         # An instance being stopped still holds its process and port until it is STOPPED.
         return sum(1 for record in self._instances.values() if record.state in ACTIVE_STATES)
 
-    def _admit(self, run_ids: tuple[str, ...]) -> InstanceRecord:
-        limit = self._settings.max_instances
-        if self._active_count() >= limit:
-            raise TooManyInstances(
-                f"the limit of {limit} XProf instances are running or starting: stop one, or "
-                f"wait until an idle one is stopped (after "
-                f"{self._settings.idle_timeout_seconds:g} s unused)"
-            )
+    def _admit(self, run_ids: tuple[str, ...], caller: str) -> InstanceRecord:
         port = self._allocate_port()
         instance_id = str(uuid.uuid4())
         now = self._clock()
@@ -350,6 +416,8 @@ class XProfProvisioner:
             last_access_time=now,
             memory_limit_bytes=self._settings.memory_limit_bytes,
             log=log.bind(instance_id=instance_id, run_ids=list(run_ids)),
+            owner=caller,
+            secret=secrets.token_urlsafe(32),
         )
         self._instances[instance_id] = record
         self._reserved_ports.add(port)
@@ -380,3 +448,24 @@ class XProfProvisioner:
         INSTANCES_ACTIVE.set(self._active_count())
         for listener in self._stop_listeners:
             listener(record.instance_id)
+
+
+def _stopping(records: Sequence[InstanceRecord]) -> InstanceRecord | None:
+    """One being stopped already: waiting for it makes room sooner than stopping another."""
+    return next((record for record in records if record.stopping is not None), None)
+
+
+def _least_recently_used(
+    records: Sequence[InstanceRecord], now: datetime, idle_seconds: float
+) -> InstanceRecord | None:
+    """The RUNNING instance answering no request and unused longest, if that is at least
+    ``idle_seconds``; ``None`` when there is none."""
+    idle = [
+        record
+        for record in records
+        if record.state is XProfInstanceState.RUNNING
+        and record.stopping is None
+        and record.in_flight == 0
+        and (now - record.last_access_time).total_seconds() >= idle_seconds
+    ]
+    return min(idle, key=lambda record: record.last_access_time, default=None)
