@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from mldiag.cli import main
-from mldiag.local.process import pid_alive, same_process, wait_until
+from mldiag.local.process import pid_alive, port_is_free, same_process, wait_until
 from mldiag.local.stack import STATE_FILE, Component, StackState, read_state, stop_stack
 from support import free_port, world_readable_tempdir
 
@@ -186,12 +186,20 @@ def test_a_crash_loop_is_given_up_on_and_the_rest_keeps_running(
     assert "ingestion: failed in a crash loop" in out
 
 
-def test_down_after_restarts_leaves_no_process_behind(
+def test_down_during_a_pending_restart_leaves_no_process_behind(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state = _state(home)
     _SEEN.add(state.supervisor_pid)
+    analyzer = _component(home, "analyzer")
+    assert analyzer.pid is not None and analyzer.port is not None
+    os.kill(analyzer.pid, signal.SIGKILL)
+    assert wait_until(lambda: _component(home, "analyzer").state == "restarting", timeout=5.0)
+
+    # Within the backoff: the stop must win, and no analyzer may start after it.
     assert main(["down", "--home", str(home)]) == 0
     assert "stopped" in capsys.readouterr().out
     assert not [pid for pid in _SEEN if pid_alive(pid)]
     assert not (home / STATE_FILE).exists()
+    assert port_is_free(analyzer.port)
+    assert "analyzer is healthy again" not in _up_log(home).rsplit("restarting it in", 1)[1]
