@@ -48,8 +48,10 @@ class RestartTracker:
     """The exits of one component, judged by ``policy``."""
 
     policy: RestartPolicy = field(default_factory=RestartPolicy)
-    _in_a_row: int = 0
-    _crashes: deque[float] = field(default_factory=deque)
+    _in_a_row: int = field(default=0, init=False)
+    """Exits since the last run that lasted: sets the backoff."""
+    _crashes: deque[float] = field(default_factory=deque, init=False)
+    """When the exits within the window happened."""
 
     def on_exit(self, now: float, started_at: float) -> RestartDecision:
         """Record an exit at ``now`` of a run that started at ``started_at``; say what to do."""
