@@ -88,6 +88,18 @@ async def test_a_heartbeat_without_time_or_step_is_stamped_on_receipt(
         (b'{"intervalSeconds": 0}', "invalid_heartbeat"),
         (b'{"intervalSeconds": 5, "step": -1}', "invalid_heartbeat"),
         (b'{"host": "h"}', "invalid_heartbeat"),  # no interval
+        # what the store cannot hold: pid and process index are PostgreSQL integers, steps
+        # bigints, text never holds NUL, and a time must survive conversion to UTC
+        (b'{"intervalSeconds": 5, "pid": 2147483648}', "invalid_heartbeat"),
+        (b'{"intervalSeconds": 5, "pid": -1}', "invalid_heartbeat"),
+        (b'{"intervalSeconds": 5, "processIndex": 2147483648}', "invalid_heartbeat"),
+        (b'{"intervalSeconds": 5, "step": 9223372036854775808}', "invalid_heartbeat"),
+        (b'{"intervalSeconds": 5, "host": "a\\u0000"}', "invalid_heartbeat"),
+        (b'{"intervalSeconds": 5, "fingerprint": {"k": "\\u0000"}}', "invalid_heartbeat"),
+        (b'{"intervalSeconds": 5, "time": "0001-01-01T00:00:00+14:00"}', "invalid_heartbeat"),
+        (b'{"intervalSeconds": 5, "time": "9999-12-31T23:59:59-14:00"}', "invalid_heartbeat"),
+        (b'{"intervalSeconds": NaN}', "invalid_heartbeat"),
+        (b'{"intervalSeconds": 5, "pid": 1e400}', "invalid_heartbeat"),
     ],
 )
 async def test_bad_heartbeats_are_refused(

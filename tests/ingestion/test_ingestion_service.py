@@ -8,12 +8,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from mldiag_ingestion.errors import (
+    InvalidBatch,
     InvalidRunId,
     TimestampInFuture,
     TooManyLabelValues,
     TooManyPoints,
 )
-from mldiag_ingestion.service import IngestionService
+from mldiag_ingestion.service import IngestionService, refuse_if_nothing_accepted
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.telemetry import (
     MAX_POINTS_PER_MESSAGE,
@@ -122,7 +123,7 @@ async def test_series_keep_host_process_and_labels_and_are_sliced_across_chunks(
     assert [p.time for p in second.points] == [NOW - timedelta(seconds=3 - i) for i in range(3)]
 
 
-async def test_timestamps_far_in_the_future_are_refused() -> None:
+async def test_a_point_far_in_the_future_is_refused_by_its_index_and_the_rest_stored() -> None:
     recorder = _Recorder()
     request = WriteMetricsRequest(
         series=[
@@ -134,15 +135,94 @@ async def test_timestamps_far_in_the_future_are_refused() -> None:
             )
         ]
     )
-    with pytest.raises(TimestampInFuture, match="point 1"):
-        await IngestionService(recorder, 100).write_metrics("run-1", request, NOW)
+    result = await IngestionService(recorder, 100).write_metrics("run-1", request, NOW)
+    assert (result.accepted_points, result.rejected_points) == (1, 1)
+    [rejection] = result.rejected
+    assert (rejection.series_index, rejection.point_indexes, rejection.code) == (
+        0,
+        [1],
+        "timestamp_in_future",
+    )
+    [message] = recorder.published
+    assert isinstance(message, MetricPointsReceived)
+    assert [p.step for p in message.points] == [1]
     ok = WriteMetricsRequest(
         series=[
             MetricSeries(name="loss", steps=[1], values=[1.0], times=[NOW + timedelta(hours=23)])
         ]
     )
     await IngestionService(recorder, 100).write_metrics("run-1", ok, NOW)
-    assert len(recorder.published) == 1
+    assert len(recorder.published) == 2
+
+
+async def test_only_out_of_range_points_are_refused_each_for_its_first_reason() -> None:
+    recorder = _Recorder()
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    far = datetime.fromisoformat("0001-01-01T00:00:00+14:00")  # year 0 once in UTC
+    request = WriteMetricsRequest(
+        series=[
+            MetricSeries(
+                name="loss",
+                steps=[0, 2**63, 2, -1, 4, 5, 2**63 - 1],
+                values=[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+                times=[NOW, far, NOW, NOW, far, epoch - timedelta(microseconds=1), epoch],
+            )
+        ]
+    )
+    result = await IngestionService(recorder, 100).write_metrics("run-1", request, NOW)
+    assert result.accepted_points == 3
+    assert result.rejected_points == 4
+    assert [(r.code, r.point_indexes, r.rejected_points) for r in result.rejected] == [
+        ("step_out_of_range", [1, 3], 2),
+        ("time_out_of_range", [4, 5], 2),
+    ]
+    [message] = recorder.published
+    assert isinstance(message, MetricPointsReceived)
+    assert [(p.step, p.value) for p in message.points] == [(0, 0.0), (2, 2.0), (2**63 - 1, 6.0)]
+    assert [p.time for p in message.points] == [NOW, NOW, epoch]
+
+
+async def test_series_left_out_while_parsing_are_listed_by_their_index_as_sent() -> None:
+    recorder = _Recorder()
+    request = WriteMetricsRequest.parse_keeping_good_series(
+        {
+            "series": [
+                {"name": "bad name", "steps": [1], "values": [1.0]},
+                {"name": "loss", "steps": [1, 2**63], "values": [1.0, 2.0]},
+                {"name": "acc", "steps": [1], "values": [1.0], "host": "h\x00"},
+            ]
+        }
+    )
+    result = await IngestionService(recorder, 100).write_metrics("run-1", request, NOW)
+    assert result.accepted_points == 1
+    assert [(r.series_index, r.name, r.code, r.point_indexes) for r in result.rejected] == [
+        (0, "bad name", "invalid_metric_name", None),
+        (1, "loss", "step_out_of_range", [1]),
+        (2, "acc", "invalid_series", None),
+    ]
+
+
+async def test_a_write_with_nothing_good_publishes_nothing_and_names_every_refusal() -> None:
+    recorder = _Recorder()
+    request = WriteMetricsRequest(
+        series=[MetricSeries(name="loss", steps=[2**64], values=[1.0], times=[NOW])]
+    )
+    result = await IngestionService(recorder, 100).write_metrics("run-1", request, NOW)
+    assert recorder.published == []
+    with pytest.raises(InvalidBatch, match="steps must lie within") as raised:
+        refuse_if_nothing_accepted(result)
+    assert raised.value.details[0]["pointIndexes"] == [0]
+    future = WriteMetricsRequest(
+        series=[MetricSeries(name="loss", steps=[1], values=[1.0], times=[NOW + timedelta(days=2)])]
+    )
+    result = await IngestionService(recorder, 100).write_metrics("run-1", future, NOW)
+    with pytest.raises(TimestampInFuture):
+        refuse_if_nothing_accepted(result)
+    refuse_if_nothing_accepted(  # an empty write is no mistake
+        await IngestionService(recorder, 100).write_metrics(
+            "run-1", WriteMetricsRequest(series=[]), NOW
+        )
+    )
 
 
 async def test_too_many_label_sets_for_one_metric_is_refused() -> None:

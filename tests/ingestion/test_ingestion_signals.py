@@ -117,6 +117,14 @@ async def test_a_naive_time_is_taken_as_utc(
         b'{"kind": "SIGTERM", "step": -1}',
         b'{"kind": "SIGTERM", "signal": "' + b"S" * 21 + b'"}',
         b'{"kind": "EXCEPTION", "message": "' + b"m" * 20_001 + b'"}',
+        # what the store and the detector cannot hold
+        b'{"kind": "SIGTERM", "pid": 2147483648}',
+        b'{"kind": "SIGTERM", "step": 9223372036854775808}',
+        b'{"kind": "PROCESS_EXITED", "exitCode": 4294967296}',
+        b'{"kind": "EXCEPTION", "message": "boom\\u0000"}',
+        b'{"kind": "EXCEPTION", "errorType": "\\u0000"}',
+        b'{"kind": "SIGTERM", "host": "\\u0000"}',
+        b'{"kind": "SIGTERM", "time": "0001-01-01T00:00:00+14:00"}',
     ],
 )
 async def test_bad_signals_are_refused(

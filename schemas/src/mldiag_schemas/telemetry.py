@@ -16,12 +16,21 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import Field, StringConstraints, field_validator, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import (
+    AfterValidator,
+    Field,
+    PrivateAttr,
+    StringConstraints,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails, PydanticCustomError, from_json
 
 from mldiag_schemas.base import Contract
 from mldiag_schemas.envelope import Envelope, upcaster
-from mldiag_schemas.ids import RunId
+from mldiag_schemas.ids import RunId, has_nul
 
 MAX_POINTS_PER_REQUEST = 100_000
 """Default upper bound on points in one write request (ingestion can lower it)."""
@@ -54,7 +63,23 @@ ingestion, per run in the registry."""
 MAX_FUTURE_SKEW = timedelta(days=1)
 """How far past the time of receipt a point's timestamp may lie (clock skew allowance)."""
 
+MAX_STEP = 2**63 - 1
+"""Largest step: PostgreSQL's ``bigint``, where steps are stored."""
+
+MAX_PID = 2**31 - 1
+"""Largest process id: PostgreSQL's ``integer``, where heartbeats keep it."""
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+MIN_TIME = _EPOCH
+"""Earliest time a point, heartbeat or signal may carry: no training run logged before the
+Unix epoch, so an earlier time is a wrong clock or unit (and µs timestamps stay >= 0)."""
+
+MAX_TIME = datetime(9999, 1, 1, tzinfo=UTC)
+"""Latest time any telemetry message may carry, a year short of the end of Python's
+datetimes so consumers can add intervals and windows to it without overflowing. Ingestion
+holds client times to :data:`MAX_FUTURE_SKEW` past receipt, far below it."""
+
 _LABEL_KEY = re.compile(LABEL_KEY_PATTERN)
 
 
@@ -70,13 +95,63 @@ def from_unix_micros(micros: int) -> datetime:
     return _EPOCH + timedelta(microseconds=micros)
 
 
+MIN_TIME_US = to_unix_micros(MIN_TIME)
+""":data:`MIN_TIME` in µs since the epoch."""
+
+MAX_TIME_US = to_unix_micros(MAX_TIME)
+""":data:`MAX_TIME` in µs since the epoch."""
+
+
+def time_problem(when: datetime) -> str | None:
+    """Why ``when`` cannot be stored (outside :data:`MIN_TIME`..:data:`MAX_TIME` once in UTC,
+    naive taken as UTC), or None. Computed without converting, since the conversion itself
+    overflows at the ends of the calendar (``0001-01-01T00:00:00+14:00``)."""
+    micros = to_unix_micros(when)
+    if MIN_TIME_US <= micros <= MAX_TIME_US:
+        return None
+    return f"time {when.isoformat()} is outside {MIN_TIME.isoformat()} .. {MAX_TIME.isoformat()}"
+
+
+def _check_time(when: datetime) -> datetime:
+    problem = time_problem(when)
+    if problem is not None:
+        raise PydanticCustomError("time_out_of_range", problem)
+    return when
+
+
+def _check_optional_time(when: datetime | None) -> datetime | None:
+    return None if when is None else _check_time(when)
+
+
+def _check_text(value: str) -> str:
+    if has_nul(value):
+        raise PydanticCustomError("text_has_nul", "text must not contain NUL (U+0000)")
+    return value
+
+
+StoredTime = Annotated[datetime, AfterValidator(_check_time)]
+"""A time within :data:`MIN_TIME`..:data:`MAX_TIME` (what the store and consumers hold)."""
+
+Text = Annotated[str, AfterValidator(_check_text)]
+"""Free text as PostgreSQL can store it: anything but NUL."""
+
+
+def _check_steps(steps: list[int]) -> list[int]:
+    # min/max run in C: the whole column is checked without a Python step per point.
+    if steps and (min(steps) < 0 or max(steps) > MAX_STEP):
+        raise PydanticCustomError(
+            "step_out_of_range", "steps must lie within 0 .. {limit}", {"limit": MAX_STEP}
+        )
+    return steps
+
+
 def _check_labels(labels: dict[str, str]) -> dict[str, str]:
     if len(labels) > MAX_LABELS:
         raise PydanticCustomError(
             "too_many_labels", "at most {limit} labels per series", {"limit": MAX_LABELS}
         )
     for key, value in labels.items():
-        if not _LABEL_KEY.match(key):
+        if not _LABEL_KEY.fullmatch(key):  # fullmatch: `$` alone lets a "\n" end pass
             raise PydanticCustomError(
                 "invalid_label",
                 "label key {key!r} must match {pattern}",
@@ -88,20 +163,35 @@ def _check_labels(labels: dict[str, str]) -> dict[str, str]:
                 "label {key!r}: values are at most {limit} characters",
                 {"key": key, "limit": MAX_LABEL_VALUE_LENGTH},
             )
+        if has_nul(value):
+            raise PydanticCustomError(
+                "invalid_label", "label {key!r}: values must not contain NUL", {"key": key}
+            )
     return labels
 
 
 class MetricSeries(Contract):
-    """Points of one metric on one host (and process / label set), as parallel arrays."""
+    """Points of one metric on one host (and process / label set), as parallel arrays.
+
+    A series that breaks a rule here (name, host, labels, process index, column lengths) is
+    refused as a whole. Steps and times are checked point by point by ingestion, which
+    refuses only the points out of range (see :class:`RejectedPoints`).
+    """
 
     name: str = Field(pattern=METRIC_NAME_PATTERN, description="Metric name, e.g. `loss`.")
-    steps: list[int] = Field(description="Training step of each point (non-negative).")
+    steps: list[int] = Field(
+        description=f"Training step of each point, 0 to {MAX_STEP} (PostgreSQL's bigint)."
+    )
     values: list[float] = Field(description="Value of each point; NaN and ±Inf are kept.")
     times: list[datetime] | None = Field(
-        default=None, description="Time of each point; stamped on receipt when absent."
+        default=None,
+        description="Time of each point, from 1970-01-01T00:00:00Z to a day past receipt"
+        " (a naive time is UTC); stamped on receipt when absent.",
     )
-    host: str = Field(
-        default="", max_length=MAX_HOST_LENGTH, description="Host that recorded the points."
+    host: Text = Field(
+        default="",
+        max_length=MAX_HOST_LENGTH,
+        description="Host that recorded the points (no NUL).",
     )
     process_index: int | None = Field(
         default=None,
@@ -123,9 +213,32 @@ class MetricSeries(Contract):
             raise ValueError("steps and values must have the same length")
         if self.times is not None and len(self.times) != len(self.steps):
             raise ValueError("times and steps must have the same length")
-        if self.steps and min(self.steps) < 0:
-            raise ValueError("steps must be non-negative")
         return self
+
+
+MAX_LISTED_REJECTIONS = 100
+"""Most entries an answer lists in ``rejected`` (and point indexes in one entry); the
+counts stay exact."""
+
+
+class RejectedPoints(Contract):
+    """Points of one series that were refused for one reason (a whole series, or some of its
+    points by index); the rest of the request is accepted and stored."""
+
+    series_index: int = Field(description="Index of the series in the request's `series`.")
+    name: str = Field(description="The series' metric name as sent (empty when unreadable).")
+    point_indexes: list[int] | None = Field(
+        default=None,
+        description="Indexes of the refused points in the series' arrays (at most"
+        f" {MAX_LISTED_REJECTIONS} listed); null when the whole series was refused.",
+    )
+    rejected_points: int = Field(description="How many points this entry refuses.")
+    code: str = Field(
+        description="Why, as a stable code: `invalid_metric_name`, `invalid_labels`,"
+        " `invalid_series` (the whole series); `step_out_of_range`, `time_out_of_range`,"
+        " `timestamp_in_future` (points)."
+    )
+    reason: str = Field(description="Why, for people.")
 
 
 class WriteMetricsRequest(Contract):
@@ -137,16 +250,91 @@ class WriteMetricsRequest(Contract):
     )
     series: list[MetricSeries] = Field(description="The points, grouped by metric and host.")
 
+    _refused: tuple[RejectedPoints, ...] = PrivateAttr(default=())
+
     def point_count(self) -> int:
         """How many points the request carries."""
         return sum(len(series.steps) for series in self.series)
 
+    @property
+    def refused_series(self) -> tuple[RejectedPoints, ...]:
+        """The series :meth:`parse_keeping_good_series` left out (indexes as sent)."""
+        return self._refused
+
+    def series_indexes(self) -> list[int]:
+        """Each kept series' index in the request as sent (series were left out before it)."""
+        refused = {rejection.series_index for rejection in self._refused}
+        total = len(self.series) + len(refused)
+        return [index for index in range(total) if index not in refused]
+
+    @classmethod
+    def parse_keeping_good_series(cls, data: bytes | dict[str, Any]) -> Self:
+        """Validate a write (JSON bytes or parsed), leaving out each series that breaks a rule
+        and listing it in :attr:`refused_series`; raise ``ValidationError`` only when the
+        request itself is malformed (not JSON, no ``series`` list, a bad ``batchId``).
+
+        Valid requests take the fast path (one pass over the JSON); the second pass that
+        sorts good series from bad ones runs only when some series is bad.
+        """
+        try:
+            if isinstance(data, bytes):
+                return cls.model_validate_json(data)
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            bad: dict[int, list[ErrorDetails]] = {}
+            for error in exc.errors():
+                location = error["loc"]
+                if len(location) < 2 or location[0] != "series" or type(location[1]) is not int:
+                    raise
+                bad.setdefault(location[1], []).append(error)
+            parsed = from_json(data) if isinstance(data, bytes) else data
+            sent = parsed.get("series") if isinstance(parsed, dict) else None
+            if not isinstance(sent, list):
+                raise
+            kept = [series for index, series in enumerate(sent) if index not in bad]
+            model = cls.model_validate({**parsed, "series": kept})
+            model._refused = tuple(
+                _refusal(index, sent[index], bad[index]) for index in sorted(bad)
+            )
+            return model
+
+
+def _refusal(index: int, series: object, errors: list[ErrorDetails]) -> RejectedPoints:
+    """Why a whole series was refused, by its first problem."""
+    first = errors[0]
+    field = first["loc"][2] if len(first["loc"]) > 2 else ""
+    if field == "name":
+        code = "invalid_metric_name"
+    elif field == "labels" or first["type"] in ("too_many_labels", "invalid_label"):
+        code = "invalid_labels"
+    else:
+        code = "invalid_series"
+    where = ".".join(str(part) for part in first["loc"][2:])
+    name = series.get("name") if isinstance(series, dict) else None
+    steps = series.get("steps") if isinstance(series, dict) else None
+    return RejectedPoints(
+        series_index=index,
+        name=name[:200] if isinstance(name, str) else "",
+        rejected_points=len(steps) if isinstance(steps, list) else 0,
+        code=code,
+        reason=f"{where}: {first['msg']}" if where else first["msg"],
+    )
+
 
 class WriteMetricsResponse(Contract):
-    """Answer of a metrics write, sent once JetStream has stored every point."""
+    """Answer of a metrics write, sent once JetStream has stored every accepted point.
+
+    Points are refused one series or one point at a time; what is accepted is stored even
+    when some of the request is refused (a request with nothing to store gets a 400 instead).
+    """
 
     batch_id: uuid.UUID = Field(description="The batch id (the client's, or a new one).")
-    accepted_points: int = Field(description="How many points were accepted.")
+    accepted_points: int = Field(description="How many points were accepted (and stored).")
+    rejected_points: int = Field(default=0, description="How many points were refused.")
+    rejected: list[RejectedPoints] = Field(
+        default_factory=list,
+        description=f"What was refused and why (the first {MAX_LISTED_REJECTIONS} entries).",
+    )
 
 
 class IngestMetrics(Envelope):
@@ -154,7 +342,8 @@ class IngestMetrics(Envelope):
 
     Subject: ``telemetry.metrics.ingest.<run id>`` on the TELEMETRY stream, so JetStream's
     publish ack means the write is stored. ingestion validates it exactly like an HTTP write
-    and publishes the same :class:`MetricPointsReceived` chunks; a write that breaks a rule is
+    and publishes the same :class:`MetricPointsReceived` chunks: bad series and points are
+    left out (and logged), the rest is stored; a write with nothing good in it is
     dead-lettered with the reason. Without a ``batchId`` in the request the ``eventId`` is
     the batch id, so a redelivery publishes the same chunk ids.
     """
@@ -162,6 +351,14 @@ class IngestMetrics(Envelope):
     type: Literal["telemetry.metrics.ingest"] = "telemetry.metrics.ingest"
     run_id: RunId = Field(description="The run the points belong to.")
     request: WriteMetricsRequest = Field(description="The write, as the HTTP body would be.")
+
+    @field_validator("request", mode="wrap")
+    @classmethod
+    def _keep_good_series(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        # As over HTTP, one bad series must not take the good ones down with it.
+        if isinstance(value, dict):
+            return WriteMetricsRequest.parse_keeping_good_series(value)
+        return handler(value)
 
     def partition(self) -> str:
         """The run id: the last subject token."""
@@ -192,17 +389,36 @@ class MetricColumns(Contract):
     of what ISO strings do, and PostgreSQL keeps microseconds anyway.
     """
 
-    name: str = Field(description="Metric name.")
-    host: str = Field(default="", description="Host that recorded the points.")
-    process_index: int | None = Field(default=None, description="Process on the host.")
+    name: str = Field(pattern=METRIC_NAME_PATTERN, description="Metric name.")
+    host: Text = Field(
+        default="", max_length=MAX_HOST_LENGTH, description="Host that recorded the points."
+    )
+    process_index: int | None = Field(
+        default=None, ge=0, le=MAX_PROCESS_INDEX, description="Process on the host."
+    )
     labels: dict[str, str] = Field(default_factory=dict, description="The series' labels.")
-    steps: list[int] = Field(description="Step of each point.")
+    steps: list[int] = Field(description=f"Step of each point, 0 to {MAX_STEP}.")
     values: list[float] = Field(description="Value of each point; NaN and ±Inf are kept.")
     times_unix_us: list[int] | None = Field(
         default=None,
-        description="Time of each point in µs since the epoch; absent: the message's"
-        " `occurredAt` (the time of receipt) for every point.",
+        description="Time of each point in µs since the epoch (1970 to the year 9999);"
+        " absent: the message's `occurredAt` (the time of receipt) for every point.",
     )
+
+    # The store and the detector take these as they come: nothing out of range gets past here.
+    _labels_bounded = field_validator("labels")(_check_labels)
+    _steps_bounded = field_validator("steps")(_check_steps)
+
+    @field_validator("times_unix_us")
+    @classmethod
+    def _times_bounded(cls, times: list[int] | None) -> list[int] | None:
+        if times and (min(times) < MIN_TIME_US or max(times) > MAX_TIME_US):
+            raise PydanticCustomError(
+                "time_out_of_range",
+                "times must lie within {low} .. {high} µs since the epoch",
+                {"low": MIN_TIME_US, "high": MAX_TIME_US},
+            )
+        return times
 
     @model_validator(mode="after")
     def _columns_align(self) -> Self:
@@ -230,6 +446,9 @@ class MetricPointsReceived(Envelope):
     batch_id: uuid.UUID = Field(description="The write request this chunk came from.")
     chunk: int = Field(ge=0, description="Index of this chunk within its batch.")
     series: list[MetricColumns] = Field(description="The points, one entry per series.")
+
+    # occurredAt is every point's time when a series has no times of its own.
+    _occurred_at_bounded = field_validator("occurred_at")(_check_time)
 
     @model_validator(mode="before")
     @classmethod
@@ -277,7 +496,11 @@ def _field(point: Any, snake: str, camel: str, default: Any = None) -> Any:
 def points_to_columns(data: dict[str, Any]) -> dict[str, Any]:
     """v1 → v2: group the per-point objects into one column set per series, in order."""
     grouped: dict[tuple[str, str, Any, str], dict[str, Any]] = {}
-    for point in data.pop("points"):
+    points = data.get("points")
+    if not isinstance(points, list):  # not v1 after all: let validation name what is missing
+        return data
+    del data["points"]
+    for point in points:
         labels = dict(_field(point, "labels", "labels") or {})
         process_index = _field(point, "process_index", "processIndex")
         key = (
@@ -446,8 +669,8 @@ class CompareMetricsResponse(Contract):
 
 Fingerprint = Annotated[
     dict[
-        Annotated[str, StringConstraints(max_length=100)],
-        Annotated[str, StringConstraints(max_length=500)],
+        Annotated[Text, StringConstraints(max_length=100)],
+        Annotated[Text, StringConstraints(max_length=500)],
     ],
     Field(max_length=64),
 ]
@@ -464,17 +687,21 @@ class HeartbeatRequest(Contract):
     one is late is what the event detector's hang rule looks for.
     """
 
-    host: str = Field(default="", max_length=253, description="The process's host.")
-    process_index: int = Field(default=0, ge=0, le=1_000_000, description="Its process index.")
-    pid: int = Field(default=0, ge=0, description="Its operating-system process id.")
+    host: Text = Field(default="", max_length=MAX_HOST_LENGTH, description="The process's host.")
+    process_index: int = Field(
+        default=0, ge=0, le=MAX_PROCESS_INDEX, description="Its process index."
+    )
+    pid: int = Field(default=0, ge=0, le=MAX_PID, description="Its operating-system process id.")
     step: int | None = Field(
-        default=None, ge=0, description="The last step it logged (none yet: null)."
+        default=None, ge=0, le=MAX_STEP, description="The last step it logged (none yet: null)."
     )
     interval_seconds: float = Field(
         gt=0, le=MAX_HEARTBEAT_INTERVAL_SECONDS, description="Seconds until the next heartbeat."
     )
-    time: datetime | None = Field(
-        default=None, description="When it was sent; the time of receipt when absent."
+    time: StoredTime | None = Field(
+        default=None,
+        description="When it was sent (1970 on, at most a day past receipt); the time of"
+        " receipt when absent.",
     )
     fingerprint: Fingerprint = Field(
         default_factory=dict,
@@ -489,15 +716,21 @@ class RunHeartbeat(Envelope):
 
     type: Literal["telemetry.heartbeat.received"] = "telemetry.heartbeat.received"
     run_id: RunId = Field(description="The run the process belongs to.")
-    host: str = Field(default="", max_length=253, description="The process's host.")
-    process_index: int = Field(default=0, ge=0, description="Its process index.")
-    pid: int = Field(default=0, ge=0, description="Its operating-system process id.")
-    step: int | None = Field(default=None, ge=0, description="The last step it logged.")
+    host: Text = Field(default="", max_length=MAX_HOST_LENGTH, description="The process's host.")
+    process_index: int = Field(
+        default=0, ge=0, le=MAX_PROCESS_INDEX, description="Its process index."
+    )
+    pid: int = Field(default=0, ge=0, le=MAX_PID, description="Its operating-system process id.")
+    step: int | None = Field(
+        default=None, ge=0, le=MAX_STEP, description="The last step it logged."
+    )
     interval_seconds: float = Field(gt=0, description="Seconds until the next heartbeat.")
-    received_at: datetime = Field(description="When ingestion received it.")
+    received_at: StoredTime = Field(description="When ingestion received it.")
     fingerprint: Fingerprint = Field(
         default_factory=dict, description="The process's environment in short."
     )
+
+    _occurred_at_bounded = field_validator("occurred_at")(_check_time)
 
     def partition(self) -> str:
         """The run id: the last subject token."""
@@ -547,26 +780,38 @@ class SignalRequest(Contract):
     """Body of ``POST .../machineLearningRuns/{run}:reportSignal``."""
 
     kind: SignalKind = Field(description="What happened.")
-    host: str = Field(default="", max_length=253, description="The process's host.")
-    process_index: int = Field(default=0, ge=0, le=1_000_000, description="Its process index.")
-    pid: int = Field(default=0, ge=0, description="Its operating-system process id.")
-    step: int | None = Field(default=None, ge=0, description="The last step it logged.")
-    time: datetime | None = Field(
-        default=None, description="When it happened; the time of receipt when absent."
+    host: Text = Field(default="", max_length=MAX_HOST_LENGTH, description="The process's host.")
+    process_index: int = Field(
+        default=0, ge=0, le=MAX_PROCESS_INDEX, description="Its process index."
     )
-    exit_code: int | None = Field(default=None, description="Exit status (PROCESS_EXITED).")
-    signal: str | None = Field(
+    pid: int = Field(default=0, ge=0, le=MAX_PID, description="Its operating-system process id.")
+    step: int | None = Field(
+        default=None, ge=0, le=MAX_STEP, description="The last step it logged."
+    )
+    time: StoredTime | None = Field(
+        default=None,
+        description="When it happened (1970 on, at most a day past receipt); the time of"
+        " receipt when absent.",
+    )
+    exit_code: int | None = Field(
+        default=None,
+        ge=-(2**31),
+        le=2**32 - 1,
+        description="Exit status (PROCESS_EXITED): POSIX's 0-255, a negated signal number,"
+        " or a Windows status (32 bits).",
+    )
+    signal: Text | None = Field(
         default=None, max_length=20, description="The signal that ended it, e.g. `SIGKILL`."
     )
-    error_type: str | None = Field(
+    error_type: Text | None = Field(
         default=None, max_length=200, description="Exception class (EXCEPTION)."
     )
-    reason: str = Field(
+    reason: Text = Field(
         default="",
         max_length=100,
         description="A producer's classification, e.g. `oom_killed`, `preempted`.",
     )
-    message: str = Field(
+    message: Text = Field(
         default="",
         max_length=20_000,
         description="The exception text or the tail of the process's output.",
@@ -580,7 +825,9 @@ class WorkloadSignalReported(Envelope):
     type: Literal["telemetry.signal.received"] = "telemetry.signal.received"
     run_id: RunId = Field(description="The run the process belongs to.")
     signal: SignalRequest = Field(description="The signal as reported.")
-    received_at: datetime = Field(description="When ingestion received it.")
+    received_at: StoredTime = Field(description="When ingestion received it.")
+
+    _occurred_at_bounded = field_validator("occurred_at")(_check_time)
 
     def partition(self) -> str:
         """The run id: the last subject token."""

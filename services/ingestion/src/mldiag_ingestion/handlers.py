@@ -1,10 +1,13 @@
 """HTTP routes of ingestion and its bus consumer: the only module that knows about either."""
 
 import zlib
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from pydantic import ValidationError
+from fastapi.types import DecoratedCallable
+from pydantic import BaseModel, ValidationError
 
 from mldiag_ingestion.errors import (
     BodyTooLarge,
@@ -15,18 +18,21 @@ from mldiag_ingestion.errors import (
     InvalidSignal,
     UnsupportedEncoding,
 )
-from mldiag_ingestion.service import IngestionService
+from mldiag_ingestion.service import IngestionService, refuse_if_nothing_accepted
 from mldiag_platform.auth import requires
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.errors import InvalidArgument
 from mldiag_platform.http import ContractResponse, parse_body
 from mldiag_schemas import bus
 from mldiag_schemas.auth import Permission
+from mldiag_schemas.errors import ErrorBody
+from mldiag_schemas.ids import is_resource_id
 from mldiag_schemas.telemetry import (
     HeartbeatRequest,
     IngestMetrics,
     SignalRequest,
     WriteMetricsRequest,
+    WriteMetricsResponse,
 )
 
 router = APIRouter()
@@ -38,22 +44,95 @@ SHORT_RUN_PATH = "/v1/machineLearningRuns/{run_id}"
 _WRITE_METRICS = [requires(Permission.METRICS_WRITE)]
 
 
-@router.post(RUN_PATH + "/metrics:write", status_code=202, dependencies=_WRITE_METRICS)
-@router.post(SHORT_RUN_PATH + "/metrics:write", status_code=202, dependencies=_WRITE_METRICS)
-async def write_metrics(request: Request, run_id: str) -> Response:
-    """Accept a batch of metric points; 202 once JetStream has stored every point."""
+def _json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` declaring ``model`` as the JSON body, which the routes read by hand
+    (gzip, byte limits, their own error codes); nested models are inlined, since a
+    ``#/$defs/...`` reference would point into the OpenAPI document, not the schema."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return inline(defs[ref.removeprefix("#/$defs/")])
+            return {key: inline(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inline(item) for item in node]
+        return node
+
+    content = {"application/json": {"schema": inline(schema)}}
+    return {"requestBody": {"required": True, "content": content}}
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody} for status in (400, 401, 403, 413)
+}
+
+
+def _post(
+    path: str, status: int, body: type[BaseModel], answer: type[BaseModel] | None = None
+) -> Callable[[DecoratedCallable], DecoratedCallable]:
+    """A write route: its permission, its declared body, its answers."""
+    responses: dict[int | str, dict[str, Any]] = dict(_ERRORS)
+    if answer is not None:
+        responses[status] = {"model": answer}
+    return router.post(
+        path,
+        status_code=status,
+        dependencies=_WRITE_METRICS,
+        openapi_extra=_json_body(body),
+        responses=responses,
+    )
+
+
+def _check_parent(project: str, location: str) -> None:
+    for kind, value in (("project", project), ("location", location)):
+        if not is_resource_id(value):
+            raise InvalidArgument(
+                f"invalid {kind} id {value[:80]!r}: use lower-case letters, digits and '-'"
+                " (max 63)",
+                details=[{"field": kind}],
+            )
+
+
+@_post(RUN_PATH + "/metrics:write", 202, WriteMetricsRequest, WriteMetricsResponse)
+async def write_metrics(request: Request, project: str, location: str, run_id: str) -> Response:
+    """Accept a batch of metric points; 202 once JetStream has stored every accepted point."""
+    _check_parent(project, location)
+    return await _write_metrics(request, run_id)
+
+
+@_post(SHORT_RUN_PATH + "/metrics:write", 202, WriteMetricsRequest, WriteMetricsResponse)
+async def write_metrics_short(request: Request, run_id: str) -> Response:
+    """Accept a batch of metric points (run in the default project and location)."""
+    return await _write_metrics(request, run_id)
+
+
+async def _write_metrics(request: Request, run_id: str) -> Response:
     service: IngestionService = request.app.state.service
     limit: int = request.app.state.settings.max_request_bytes
     body = await _read_body(request, limit)
     write = _parse_write(body)
     result = await service.write_metrics(run_id, write, datetime.now(UTC))
+    refuse_if_nothing_accepted(result)
     return ContractResponse(result, status_code=202)
 
 
-@router.post(RUN_PATH + ":heartbeat", status_code=204, dependencies=_WRITE_METRICS)
-@router.post(SHORT_RUN_PATH + ":heartbeat", status_code=204, dependencies=_WRITE_METRICS)
-async def heartbeat(request: Request, run_id: str) -> Response:
+@_post(RUN_PATH + ":heartbeat", 204, HeartbeatRequest)
+async def heartbeat(request: Request, project: str, location: str, run_id: str) -> Response:
     """A process of the run is alive; 204 once JetStream has the heartbeat."""
+    _check_parent(project, location)
+    return await _heartbeat(request, run_id)
+
+
+@_post(SHORT_RUN_PATH + ":heartbeat", 204, HeartbeatRequest)
+async def heartbeat_short(request: Request, run_id: str) -> Response:
+    """A process of the run is alive (run in the default project and location)."""
+    return await _heartbeat(request, run_id)
+
+
+async def _heartbeat(request: Request, run_id: str) -> Response:
     service: IngestionService = request.app.state.service
     raw = await _read_body(request, _HEARTBEAT_BYTES)
     body = parse_body(HeartbeatRequest, raw, InvalidHeartbeat)
@@ -61,11 +140,21 @@ async def heartbeat(request: Request, run_id: str) -> Response:
     return Response(status_code=204)
 
 
-@router.post(RUN_PATH + ":reportSignal", status_code=204, dependencies=_WRITE_METRICS)
-@router.post(SHORT_RUN_PATH + ":reportSignal", status_code=204, dependencies=_WRITE_METRICS)
-async def report_signal(request: Request, run_id: str) -> Response:
+@_post(RUN_PATH + ":reportSignal", 204, SignalRequest)
+async def report_signal(request: Request, project: str, location: str, run_id: str) -> Response:
     """A lifecycle signal of a process (SIGTERM, preemption notice, exception, exit); 204 once
     JetStream has it."""
+    _check_parent(project, location)
+    return await _report_signal(request, run_id)
+
+
+@_post(SHORT_RUN_PATH + ":reportSignal", 204, SignalRequest)
+async def report_signal_short(request: Request, run_id: str) -> Response:
+    """A lifecycle signal of a process (run in the default project and location)."""
+    return await _report_signal(request, run_id)
+
+
+async def _report_signal(request: Request, run_id: str) -> Response:
     service: IngestionService = request.app.state.service
     raw = await _read_body(request, _SIGNAL_BYTES)
     body = parse_body(SignalRequest, raw, InvalidSignal)
@@ -82,9 +171,10 @@ _SIGNAL_BYTES = 256 * 1024
 
 
 def _parse_write(raw: bytes) -> WriteMetricsRequest:
-    """Validate the body; the first failing rule picks the error code (see docs/metrics.md)."""
+    """Validate the body, leaving bad series out (the service lists them); a malformed
+    request is refused whole, its first failing rule picking the code (docs/metrics.md)."""
     try:
-        return WriteMetricsRequest.model_validate_json(raw or b"{}")
+        return WriteMetricsRequest.parse_keeping_good_series(raw or b"{}")
     except ValidationError as exc:
         problems = exc.errors()[:20]
         details = [
@@ -103,7 +193,7 @@ def _parse_write(raw: bytes) -> WriteMetricsRequest:
 async def _read_body(request: Request, limit: int) -> bytes:
     """Read at most ``limit`` bytes (after gunzip) without buffering more than that."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(f"body of {declared} bytes is over the {limit}-byte limit")
     encoding = request.headers.get("content-encoding", "identity").lower()
     if encoding not in ("identity", "gzip"):

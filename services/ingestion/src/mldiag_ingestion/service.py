@@ -4,31 +4,43 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 
+import structlog
 from pydantic_core import TzInfo
 
 from mldiag_ingestion.errors import (
+    InvalidBatch,
+    InvalidLabels,
+    InvalidMetricName,
     InvalidRunId,
     TimestampInFuture,
     TooManyLabelValues,
     TooManyPoints,
 )
 from mldiag_platform.bus import MessagePublisher
+from mldiag_platform.errors import InvalidArgument
 from mldiag_schemas.ids import derived_id, is_run_id
 from mldiag_schemas.telemetry import (
     MAX_FUTURE_SKEW,
     MAX_LABEL_SETS_PER_METRIC,
+    MAX_LISTED_REJECTIONS,
     MAX_POINTS_PER_MESSAGE,
+    MAX_STEP,
+    MIN_TIME,
+    MIN_TIME_US,
     HeartbeatRequest,
     IngestMetrics,
     MetricColumns,
     MetricPointsReceived,
     MetricSeries,
+    RejectedPoints,
     RunHeartbeat,
     SignalRequest,
     WorkloadSignalReported,
     WriteMetricsRequest,
     WriteMetricsResponse,
 )
+
+log = structlog.get_logger(__name__)
 
 CHUNK_ID_NAMESPACE = uuid.UUID("a4c1d7a2-6f0e-4a9b-8f43-9f2b8f1c3d10")
 HEARTBEAT_ID_NAMESPACE = uuid.UUID("5b0e2f1c-8d3a-4e7b-9c61-2a4f6d8e0b13")
@@ -55,23 +67,31 @@ class IngestionService:
     async def write_metrics(
         self, run_id: str, request: WriteMetricsRequest, received_at: datetime
     ) -> WriteMetricsResponse:
-        """Publish the request's points; return only once JetStream has stored them all.
+        """Publish the request's good points; return only once JetStream has stored them all.
 
-        Every check runs before anything is published, so a rejected request leaves
-        nothing behind.
+        Series the request left out while parsing and points out of range (steps, times) are
+        refused and listed in the answer; everything else is published, so whatever the
+        answer counts as accepted is stored. Every check runs before anything is published,
+        so a request refused as a whole (limits) leaves nothing behind. A request with
+        nothing good in it publishes nothing: see :func:`refuse_if_nothing_accepted`.
         """
         _check_run_id(run_id)
-        count = request.point_count()
+        refused = list(request.refused_series)
+        count = request.point_count() + sum(rejection.rejected_points for rejection in refused)
         if count > self._max_points:
             raise TooManyPoints(
                 f"{count} points in one request; the limit is {self._max_points}: split it"
             )
         self._check_label_sets(request)
-        columns = [
-            self._columns(index, series, received_at)
-            for index, series in enumerate(request.series)
-            if series.steps
-        ]
+        columns: list[MetricColumns] = []
+        for index, series in zip(request.series_indexes(), request.series, strict=True):
+            kept, rejections = self._columns(index, series, received_at)
+            refused.extend(rejections)
+            if kept.steps:
+                columns.append(kept)
+        refused.sort(key=lambda rejection: rejection.series_index)
+        accepted = sum(len(kept.steps) for kept in columns)
+        rejected_points = sum(rejection.rejected_points for rejection in refused)
         batch_id = request.batch_id or uuid.uuid4()
         messages = [
             MetricPointsReceived(
@@ -86,8 +106,14 @@ class IngestionService:
             )
             for index, chunk in enumerate(_chunks(columns, MAX_POINTS_PER_MESSAGE))
         ]
-        await self._publisher.publish_many(messages)
-        return WriteMetricsResponse(batch_id=batch_id, accepted_points=count)
+        if messages:
+            await self._publisher.publish_many(messages)
+        return WriteMetricsResponse(
+            batch_id=batch_id,
+            accepted_points=accepted,
+            rejected_points=rejected_points,
+            rejected=refused[:MAX_LISTED_REJECTIONS],
+        )
 
     async def ingest(self, command: IngestMetrics, now: datetime) -> WriteMetricsResponse:
         """Handle a write published on the bus: the same checks and messages as over HTTP.
@@ -98,7 +124,18 @@ class IngestionService:
         request = command.request
         if request.batch_id is None:
             request = request.model_copy(update={"batch_id": command.event_id})
-        return await self.write_metrics(command.run_id, request, min(command.occurred_at, now))
+        result = await self.write_metrics(command.run_id, request, min(command.occurred_at, now))
+        refuse_if_nothing_accepted(result)
+        if result.rejected_points:
+            log.warning(
+                "ingestion.ingest.points_rejected",
+                run_id=command.run_id,
+                event_id=str(command.event_id),
+                accepted=result.accepted_points,
+                rejected=result.rejected_points,
+                first=result.rejected[0].model_dump(mode="json"),
+            )
+        return result
 
     async def heartbeat(
         self, run_id: str, request: HeartbeatRequest, received_at: datetime
@@ -186,29 +223,88 @@ class IngestionService:
                     details=[{"metric": series.name, "limit": self._max_label_sets}],
                 )
 
-    def _columns(self, index: int, series: MetricSeries, received_at: datetime) -> MetricColumns:
-        times = None
-        if series.times is not None:
-            times = _all_micros(series.times)
-            latest = max(times)
-            limit = _micros(received_at + self._max_skew)
-            if latest > limit:
-                point = times.index(latest)
-                raise TimestampInFuture(
-                    f"series {index} ({series.name!r}) point {point} has time"
-                    f" {series.times[point].isoformat()}, more than {self._max_skew} after"
-                    " receipt: check the client's clock",
-                    details=[{"field": f"series.{index}.times.{point}"}],
-                )
-        return MetricColumns(
+    def _columns(
+        self, index: int, series: MetricSeries, received_at: datetime
+    ) -> tuple[MetricColumns, list[RejectedPoints]]:
+        """The series' points the store can hold, and the ones refused (by reason)."""
+        steps, values = series.steps, series.values
+        times = None if series.times is None else _all_micros(series.times)
+        latest = _micros(received_at + self._max_skew)
+        # min/max run in C over the columns; only a series with a bad point pays for a
+        # Python pass over its points.
+        bad_steps = bool(steps) and (min(steps) < 0 or max(steps) > MAX_STEP)
+        bad_times = (
+            bool(times) and times is not None and (min(times) < MIN_TIME_US or max(times) > latest)
+        )
+        rejections: list[RejectedPoints] = []
+        if bad_steps or bad_times:
+            reasons: dict[int, str] = {}
+            for point, step in enumerate(steps):
+                if not 0 <= step <= MAX_STEP:
+                    reasons[point] = "step_out_of_range"
+            for point, micros in enumerate(times or ()):
+                if point not in reasons and micros < MIN_TIME_US:
+                    reasons[point] = "time_out_of_range"
+                elif point not in reasons and micros > latest:
+                    reasons[point] = "timestamp_in_future"
+            rejections = [
+                self._rejection(index, series, code, [p for p, c in reasons.items() if c == code])
+                for code in ("step_out_of_range", "time_out_of_range", "timestamp_in_future")
+                if code in reasons.values()
+            ]
+            kept = [point for point in range(len(steps)) if point not in reasons]
+            steps = [steps[point] for point in kept]
+            values = [values[point] for point in kept]
+            times = None if times is None else [times[point] for point in kept]
+        columns = MetricColumns(
             name=series.name,
             host=series.host,
             process_index=series.process_index,
             labels=series.labels,
-            steps=series.steps,
-            values=series.values,
+            steps=steps,
+            values=values,
             times_unix_us=times,
         )
+        return columns, rejections
+
+    def _rejection(
+        self, index: int, series: MetricSeries, code: str, points: list[int]
+    ) -> RejectedPoints:
+        reason = {
+            "step_out_of_range": f"steps must lie within 0 .. {MAX_STEP}",
+            "time_out_of_range": f"times must not be before {MIN_TIME.isoformat()}",
+            "timestamp_in_future": f"times must not be more than {self._max_skew} after"
+            " receipt: check the client's clock",
+        }[code]
+        return RejectedPoints(
+            series_index=index,
+            name=series.name,
+            point_indexes=points[:MAX_LISTED_REJECTIONS],
+            rejected_points=len(points),
+            code=code,
+            reason=reason,
+        )
+
+
+_ERROR_BY_CODE: dict[str, type[InvalidArgument]] = {
+    "invalid_metric_name": InvalidMetricName,
+    "invalid_labels": InvalidLabels,
+    "timestamp_in_future": TimestampInFuture,
+}
+
+
+def refuse_if_nothing_accepted(result: WriteMetricsResponse) -> None:
+    """Raise when a write refused points and accepted none: the caller's mistake, a 400
+    (or a dead letter on the bus) naming every refusal, by the code of the first."""
+    if result.accepted_points or not result.rejected:
+        return
+    first = result.rejected[0]
+    error = _ERROR_BY_CODE.get(first.code, InvalidBatch)
+    raise error(
+        f"nothing in the write can be stored: series {first.series_index} ({first.name!r}):"
+        f" {first.reason}",
+        details=[rejection.model_dump(mode="json") for rejection in result.rejected],
+    )
 
 
 def _check_run_id(run_id: str) -> None:

@@ -42,6 +42,7 @@ from pydantic import JsonValue, ValidationError
 
 from mldiag_ingestion.service import IngestionService
 from mldiag_platform.bus import MessagePublisher
+from mldiag_platform.errors import InvalidArgument
 from mldiag_schemas.ids import derived_id, is_run_id
 from mldiag_schemas.runs import Configs, RunConfigsReported
 from mldiag_schemas.telemetry import MetricSeries, WriteMetricsRequest, from_unix_micros
@@ -181,6 +182,9 @@ def map_export(request: ExportMetricsServiceRequest) -> MappedExport:
                         sorted((k, v) for k, v in attributes.items() if k not in _DROPPED_LABELS)
                     )
                     if name == STEP_METRIC:
+                        if not math.isfinite(value):  # int() of NaN or ±Inf raises
+                            mapped.reject(1, f"{STEP_METRIC} {value!r} is not a number of steps")
+                            continue
                         steps[run_id, labels] = int(value)
                         run_steps.setdefault(run_id, set()).add(int(value))
                     else:
@@ -367,10 +371,19 @@ class OtlpIngestion:
             if not series:
                 continue
             write = WriteMetricsRequest(batch_id=uuid.uuid4(), series=series)
-            result = await self._service.write_metrics(run_id, write, received_at)
+            try:
+                result = await self._service.write_metrics(run_id, write, received_at)
+            except InvalidArgument as exc:  # one run's limits must not fail the others
+                mapped.reject(write.point_count(), f"run {run_id!r}: {exc.message}")
+                continue
             accepted += result.accepted_points
-            for one in series:
-                self._remember(grouped[run_id, one.name, one.host, _labels(one)][-1])
+            for rejection in result.rejected:
+                mapped.reject(0, f"metric {rejection.name!r}: {rejection.reason}")
+            mapped.rejected += result.rejected_points
+            refused = {rejection.series_index for rejection in result.rejected}
+            for index, one in enumerate(series):
+                if index not in refused:  # a refused point must be refused again if resent
+                    self._remember(grouped[run_id, one.name, one.host, _labels(one)][-1])
         skipped = len(mapped.points) - len(fresh)
         log.info(
             "otlp.export",
