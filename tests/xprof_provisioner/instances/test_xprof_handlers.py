@@ -1,5 +1,8 @@
 """The HTTP API over the real router and error boundary, with the service on fakes."""
 
+import asyncio
+import select
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,7 +16,7 @@ from mldiag_schemas.auth import Role
 from mldiag_xprof_provisioner.instances import handlers
 from mldiag_xprof_provisioner.instances.proxy import XProfClient
 from mldiag_xprof_provisioner.settings import XProfProvisionerSettings
-from support import StaticTokens
+from support import StaticTokens, served_on_port
 from xprof_provisioner.xprof_fakes import World
 
 
@@ -326,3 +329,151 @@ async def test_an_instances_bare_address_leads_to_its_ui(api: Api) -> None:
         assert response.headers["location"] == (
             f"/xprof/{instance_id}/data/plugin/profile/?run=run-1%2Fs1"
         )
+
+
+# -- issue 14: bodies read with their limit, instances only for real runs, per caller --------
+
+_CHUNK = b" " * 65_536
+
+
+async def test_a_chunked_start_body_over_the_limit_is_refused_as_it_arrives(api: Api) -> None:
+    # Item 5: a chunked body (no Content-Length) was read whole before its size was checked.
+    client, world = api
+    pulled = 0
+
+    async def body() -> AsyncIterator[bytes]:
+        nonlocal pulled
+        for _ in range(1024):  # 64 MiB if read whole
+            pulled += len(_CHUNK)
+            yield _CHUNK
+
+    response = await client.post(
+        "/v1/xprofInstances", content=body(), headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 413, response.text
+    error = response.json()["error"]
+    assert error["code"] == "payload_too_large"
+    assert error["details"] == [{"limitBytes": 65_536}]
+    # Refused as soon as it passed the limit: two chunks read, not 1024.
+    assert pulled <= 2 * len(_CHUNK)
+    assert world.launcher.launched == []
+
+
+async def test_a_declared_start_body_over_the_limit_is_refused_unread(api: Api) -> None:
+    client, _ = api
+    response = await client.post(
+        "/v1/xprofInstances",
+        content=b'{"runIds": ["' + b"a" * 70_000 + b'"]}',
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "payload_too_large"
+
+
+async def test_ghost_runs_get_404_and_never_lock_out_a_real_open(api: Api) -> None:
+    # Item 8: four starts for runs that do not exist took every slot for 15 minutes.
+    client, world = api
+    viewer = client.tokens.headers(Role.VIEWER)  # type: ignore[attr-defined]
+    for ghost in ("ghost-1", "ghost-2", "ghost-3", "ghost-4"):
+        refused = await client.post("/v1/xprofInstances", json={"runIds": [ghost]}, headers=viewer)
+        assert refused.status_code == 404, refused.text
+        assert refused.json()["error"]["code"] == "run_not_found"
+        assert refused.json()["error"]["details"] == [{"runId": ghost}]
+    mixed = await client.post(
+        "/v1/xprofInstances", json={"runIds": ["run-1", "ghost-1"]}, headers=viewer
+    )
+    assert mixed.status_code == 404
+    assert world.launcher.launched == []
+
+    await world.store.put("run-1/plugins/profile/s1/h.xplane.pb", b"x")
+    opened = await client.get(
+        "/xprof/open", params={"run": "run-1", "session": "s1"}, headers=viewer
+    )
+    assert opened.status_code == 303, opened.text
+    assert len(world.launcher.launched) == 1
+
+
+async def test_one_callers_flood_does_not_block_another_caller(tmp_path: Path) -> None:
+    world = World(tmp_path, max_instances=3, max_instances_per_caller=2)
+    runs = [f"run-{i}" for i in range(8)]
+    for run in runs:
+        await world.store.put(f"{run}/plugins/profile/s1/h.xplane.pb", b"x")
+    app = create_http_app("xprof-provisioner", _no_connections, {})
+    app.state.service = world.service
+    app.state.xprof_client = XProfClient(timeout_seconds=5, max_connections=4)
+    tokens = app.state.tokens = StaticTokens()
+    app.include_router(handlers.router)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://test"
+    ) as client:
+        viewer, editor = tokens.headers(Role.VIEWER), tokens.headers(Role.EDITOR)
+        # The viewer opens every run: each start beyond its two recycles its own oldest.
+        for run in runs[:7]:
+            flood = await client.post("/v1/xprofInstances", json={"runIds": [run]}, headers=viewer)
+            assert flood.status_code == 201, flood.text
+        active = [i for i in await world.service.list_instances() if i.state.value == "RUNNING"]
+        assert sorted(i.run_ids[0] for i in active) == ["run-5", "run-6"]
+        # The editor gets an instance at once, without waiting for any idle timeout.
+        mine = await client.post("/v1/xprofInstances", json={"runIds": ["run-7"]}, headers=editor)
+        assert mine.status_code == 201, mine.text
+        # Holding requests on both of its instances, the viewer is refused a third ...
+        for instance in active:
+            await world.service.acquire(instance.instance_id)
+        more = await client.post("/v1/xprofInstances", json={"runIds": ["run-0"]}, headers=viewer)
+        assert more.status_code == 429
+        assert more.json()["error"]["details"] == [{"scope": "caller", "limit": 2}]
+        # ... while the editor still reaches what it started.
+        again = await client.post("/v1/xprofInstances", json={"runIds": ["run-7"]}, headers=editor)
+        assert again.status_code == 200
+    await app.state.xprof_client.aclose()
+
+
+def _send_chunked_until_refused(port: int, token: str, limit: int) -> tuple[int, bytes]:
+    """POST a chunked body of up to ``limit`` bytes over a raw socket, stopping when the
+    server answers or hangs up; returns the body bytes sent and what came back before the
+    server closed the connection."""
+    head = (
+        "POST /v1/xprofInstances HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n"
+    ).encode()
+    frame = f"{len(_CHUNK):x}\r\n".encode() + _CHUNK + b"\r\n"
+    sent = 0
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(head)
+        while sent < limit:
+            readable, _, _ = select.select([sock], [], [], 0)
+            if readable:
+                break  # an answer (or a hang-up) came before the body's end
+            try:
+                sock.sendall(frame)
+            except OSError:  # reset or broken pipe: the server stopped reading
+                break
+            sent += len(_CHUNK)
+        answer = b""
+        while chunk := sock.recv(65_536):  # a timeout (OSError) if the server kept it open
+            answer += chunk
+    return sent, answer
+
+
+@pytest.mark.connected
+async def test_a_real_server_stops_reading_a_chunked_body_past_the_limit(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    app = create_http_app("xprof-provisioner", _no_connections, {})
+    app.state.service = world.service
+    app.state.xprof_client = XProfClient(timeout_seconds=5, max_connections=4)
+    tokens = app.state.tokens = StaticTokens()
+    app.include_router(handlers.router)
+    planned = 256 * 1024 * 1024
+    async with served_on_port(app) as url:
+        port = int(url.rsplit(":", 1)[1])
+        sent, answer = await asyncio.to_thread(
+            _send_chunked_until_refused, port, tokens.secrets[Role.VIEWER], planned
+        )
+    await app.state.xprof_client.aclose()
+    print(f"\nchunked body: {sent / 2**20:.1f} MiB sent of {planned / 2**20:.0f} MiB")  # noqa: T201
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+    assert b'"payload_too_large"' in answer
+    assert b"connection: close" in answer.lower()
+    # What was sent before the refusal sat in socket buffers, not in the service.
+    assert sent < planned / 8

@@ -21,7 +21,7 @@ from mldiag_xprof_provisioner.errors import (
 from mldiag_xprof_provisioner.instances import copies
 from mldiag_xprof_provisioner.instances.copies import OWNER_FILE
 from mldiag_xprof_provisioner.instances.service import XProfProvisioner
-from xprof_provisioner.xprof_fakes import ALICE, FAILED, RUNNING, STARTING, STOPPED, World
+from xprof_provisioner.xprof_fakes import ALICE, BOB, FAILED, RUNNING, STARTING, STOPPED, World
 
 
 @pytest.fixture
@@ -583,3 +583,42 @@ async def test_stop_listeners_hear_of_every_stopped_instance(world: World) -> No
     instance = (await world.start(["run-1"])).instance
     await world.service.stop(instance.instance_id)
     assert heard == [instance.instance_id]
+
+
+async def test_a_full_house_makes_room_from_instances_nobody_has_used_lately(
+    tmp_path: Path,
+) -> None:
+    world = World(tmp_path, max_instances=2, max_instances_per_caller=2)
+    alice = (await world.start(["run-1"], ALICE)).instance
+    world.clock.advance(10)
+    bob = (await world.start(["run-2"], BOB)).instance
+    # Both were used in the last minute: a third caller waits rather than cutting them off.
+    with pytest.raises(TooManyInstances, match="used in the last 60 s"):
+        await world.start(["run-3"], "token-carol")
+    world.clock.advance(55)  # alice's: 65 s unused; bob's: 55 s
+    carol = await world.start(["run-3"], "token-carol")
+    assert carol.created
+    states = {i.instance_id: i.state for i in await world.service.list_instances()}
+    assert states[alice.instance_id] is STOPPED
+    assert states[bob.instance_id] is RUNNING
+
+
+async def test_a_caller_at_its_limit_recycles_its_own_least_recently_used(
+    tmp_path: Path,
+) -> None:
+    world = World(tmp_path, max_instances=4, max_instances_per_caller=2)
+    first = (await world.start(["run-1"], ALICE)).instance
+    world.clock.advance(1)
+    second = (await world.start(["run-2"], ALICE)).instance
+    world.clock.advance(1)
+    await world.service.get(first.instance_id)  # first is now the more recently used
+    third = (await world.start(["run-3"], ALICE)).instance
+    states = {i.instance_id: i.state for i in await world.service.list_instances()}
+    assert states == {
+        first.instance_id: RUNNING,
+        second.instance_id: STOPPED,
+        third.instance_id: RUNNING,
+    }
+    # Reusing an instance someone else started costs nothing against one's own limit.
+    shared = await world.start(["run-3"], BOB)
+    assert not shared.created

@@ -22,7 +22,7 @@ from starlette.background import BackgroundTask
 
 from mldiag_platform.auth import Authorizer, Principal, requires
 from mldiag_platform.errors import PayloadTooLarge
-from mldiag_platform.http import ContractResponse
+from mldiag_platform.http import ContractResponse, error_response
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.errors import ErrorBody
 from mldiag_schemas.profiling import (
@@ -99,7 +99,14 @@ async def start_instance(
     """Serve runs' sessions: 201 with a new RUNNING instance, 200 with one that serves them."""
     # Serving a run's profiles is reading the run.
     caller.require(Permission.RUNS_GET)
-    body = await _read_body(request, _MAX_BODY_BYTES)
+    try:
+        body = await _read_body(request, _MAX_BODY_BYTES)
+    except PayloadTooLarge as exc:
+        # Answered here rather than by the error boundary, to hang up with it: otherwise
+        # the server goes on reading (and dropping) the rest of the body after the answer.
+        response = error_response(exc.http_status, exc.code, exc.message, exc.details)
+        response.headers["connection"] = "close"
+        return response
     if not body:
         raise InvalidStartRequest("a start request is a JSON body naming the runs to serve")
     try:
