@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import structlog
 from fastapi import Depends, Request
+from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
@@ -33,6 +34,10 @@ log = structlog.get_logger(__name__)
 
 SECRET_PREFIX = "mldiag_"  # noqa: S105  # a marker, not a secret
 """Every secret starts with this, so a leaked one is recognisable (and scannable)."""
+
+
+class TokenDirectoryTampered(RuntimeError):
+    """The token directory's bucket is not shaped as mldiag creates it."""
 
 
 def new_secret() -> str:
@@ -225,7 +230,29 @@ async def _bucket(bus: Bus) -> KeyValue:
             description="API token grants",
             replicas=bus.settings.stream_replicas,
         )
+    await _check_shape(js, name)
     return bucket
+
+
+async def _check_shape(js: JetStreamContext, name: str) -> None:
+    """Refuse a bucket that takes grants from anywhere but its own subjects.
+
+    Every service may create the empty bucket (so none has to start first), but only
+    run-registry may publish into it: a bucket created with extra subjects, sources, a
+    mirror or a subject transform would let another user write grants past that rule.
+    """
+    config = (await js.stream_info(f"KV_{name}")).config
+    if (
+        config.subjects != [f"$KV.{name}.>"]
+        or config.mirror is not None
+        or config.sources
+        or config.subject_transform is not None
+    ):
+        log.error("auth.directory.tampered", bucket=name, subjects=config.subjects)
+        raise TokenDirectoryTampered(
+            f"the token directory {name} takes messages from outside its own subjects;"
+            " delete the bucket (run-registry recreates it and republishes every grant)"
+        )
 
 
 @asynccontextmanager

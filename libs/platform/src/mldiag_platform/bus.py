@@ -28,6 +28,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
 from faststream.nats import NatsBroker
+from faststream.nats.security import NatsUserPassword
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
@@ -37,6 +38,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from mldiag_platform.errors import InvalidArgument, MldiagError
 from mldiag_platform.settings import NatsSettings
+from mldiag_platform.substrate import inbox_prefix
 from mldiag_schemas.base import Contract
 from mldiag_schemas.bus import ALL_STREAMS, DEADLETTER_PREFIX, Namespace, StreamSpec, stream_of
 from mldiag_schemas.envelope import Envelope
@@ -108,7 +110,17 @@ def create_broker(settings: NatsSettings, client_name: str) -> NatsBroker:
         connect_timeout=5,
         max_reconnect_attempts=-1,
         graceful_timeout=10.0,
+        security=_credentials(settings),
+        # Replies come to an inbox of the user's own: the only one its permissions let it read.
+        inbox_prefix=inbox_prefix(settings.user),
     )
+
+
+def _credentials(settings: NatsSettings) -> NatsUserPassword | None:
+    if settings.user is None:
+        return None  # an open server, as CI's
+    password = settings.password.get_secret_value() if settings.password else ""
+    return NatsUserPassword(settings.user, password)
 
 
 def stream_config(namespace: Namespace, spec: StreamSpec, replicas: int = 1) -> StreamConfig:

@@ -79,7 +79,10 @@ async def apply_migrations(pool: asyncpg.Pool, schema: str, migrations: Sequence
         lock_key = zlib.crc32(f"mldiag-migrations:{schema}".encode())
         await conn.execute("SELECT pg_advisory_lock($1)", lock_key)
         try:
-            await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            # Only when missing: CREATE SCHEMA needs CREATE on the database even with IF NOT
+            # EXISTS, and a service's role owns its schema but may create no other.
+            if not await conn.fetchval("SELECT true FROM pg_namespace WHERE nspname = $1", schema):
+                await conn.execute(f"CREATE SCHEMA {schema}")
             await conn.execute(
                 f"""CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
                     component text NOT NULL,

@@ -6,7 +6,7 @@ Nothing here reads the environment at import time: a service builds its settings
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mldiag_schemas.bus import DEFAULT_NAMESPACE
@@ -42,6 +42,11 @@ class NatsSettings(BaseSettings):
     publish_timeout_seconds: float = Field(
         default=5.0, gt=0, description="How long to wait for JetStream's publish ack."
     )
+    user: str | None = Field(
+        default=None,
+        description="User on a server with authorization; none connects anonymously.",
+    )
+    password: SecretStr | None = Field(default=None, description="The user's password.")
     stream_replicas: int = Field(
         default=1,
         ge=1,

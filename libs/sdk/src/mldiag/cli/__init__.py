@@ -26,6 +26,7 @@ from mldiag.cli.registry import (
     client_from_args,
 )
 from mldiag.cli.stack import add_stack_commands, config_from_args, supervisor_command
+from mldiag.cli.substrate import add_substrate_command
 from mldiag.cli.supervise import add_run_command
 from mldiag.local.errors import LocalStackError
 
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_api_commands(commands)
     add_run_command(commands)
     add_agent_command(commands)
+    add_substrate_command(commands)
     return parser
 
 

@@ -13,6 +13,7 @@ from mldiag.local.process import (
     LOCALHOST,
     child_env,
 )
+from mldiag.local.secrets import kept_secrets
 
 STATE_FILE = "state.json"
 """Name of the state file in the home directory; present only while a supervisor runs."""
@@ -115,6 +116,11 @@ class StackConfig:
     def storage_url(self) -> str:
         """``file://<home>/storage`` (absolute)."""
         return f"file://{self.storage_dir}"
+
+    @property
+    def secrets_dir(self) -> Path:
+        """``<home>/secrets`` (owner-only): the passwords of the servers' users."""
+        return self.home / "secrets"
 
     @property
     def xprof_dir(self) -> Path:
@@ -245,3 +251,48 @@ def service_environment(config: StackConfig, nats_url: str, database_url: str) -
     env["MLDIAG_INGESTION_OTLP_GRPC_PORT"] = str(config.otlp_grpc_port)
     env["MLDIAG_INGESTION_OTLP_HTTP_PORT"] = str(config.otlp_http_port)
     return env
+
+
+@dataclass(frozen=True)
+class Substrate:
+    """How the embedded servers are locked down, and the credentials each service gets."""
+
+    nats_authorization: str
+    """The NATS server's ``authorization`` block: a user per service, no anonymous access."""
+    postgres_password: str
+    """The PostgreSQL superuser's password (only the supervisor logs in with it)."""
+    postgres_setup_sql: str
+    """Creates (or upgrades) a role per service that owns the service's schema."""
+    credentials: Mapping[str, Mapping[str, str]]
+    """Per service: its NATS user and password and its DSN, as environment variables."""
+
+    def service_env(self, name: str) -> dict[str, str]:
+        """The environment variables that give service ``name`` its own credentials."""
+        return dict(self.credentials[name])
+
+
+def locked_down_substrate(
+    config: StackConfig, environ: Mapping[str, str] | None = None
+) -> Substrate:
+    """The access model of the stack in ``config``: secrets made at the first start and kept in
+    ``<home>/secrets``, rendered for the namespace the services will use."""
+    env = os.environ if environ is None else environ
+    try:
+        # Imported here: the SDK alone (without the platform) must still import this module.
+        from mldiag_platform import substrate  # noqa: PLC0415
+        from mldiag_schemas.bus import DEFAULT_NAMESPACE, Namespace  # noqa: PLC0415
+    except ImportError as error:
+        raise LocalStackError(
+            f"the platform is not installed ({error}); `mldiag up` runs its services"
+        ) from None
+    namespace = Namespace(env.get("MLDIAG_NATS_NAMESPACE") or DEFAULT_NAMESPACE)
+    secrets = kept_secrets(config.secrets_dir, substrate.SECRET_NAMES)
+    return Substrate(
+        nats_authorization=substrate.nats_authorization(namespace, secrets),
+        postgres_password=secrets[substrate.POSTGRES_SUPERUSER_KEY],
+        postgres_setup_sql=substrate.database_roles_sql(secrets),
+        credentials={
+            name: substrate.service_credentials(name, secrets, LOCALHOST, config.postgres_port)
+            for name in SERVICE_NAMES
+        },
+    )

@@ -79,6 +79,9 @@ class EmbeddedNats:
     :meth:`stop`; messages persist in ``data_dir`` across restarts. Usable as a context
     manager. Never touches any other NATS server on the machine: it refuses to start when
     its ports are taken.
+
+    ``authorization`` is an ``authorization { ... }`` block for the config (users and their
+    permissions); without one, any local process may connect and do anything.
     """
 
     def __init__(
@@ -87,8 +90,10 @@ class EmbeddedNats:
         port: int = 14222,
         monitor_port: int = 18222,
         log_file: Path | None = None,
+        authorization: str | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
+        self.authorization = authorization
         self.port = port
         self.monitor_port = monitor_port
         self.log_file = Path(log_file).absolute() if log_file else self.data_dir / "nats.log"
@@ -139,7 +144,9 @@ class EmbeddedNats:
             {"NATS": self.port, "NATS monitoring": self.monitor_port},
             hint="Choose other ports for the embedded NATS server.",
         )
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # Owner only: the config holds the users' passwords, the store every message.
+        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.data_dir.chmod(0o700)
         config = self._write_config()
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         since = log_size(self.log_file)
@@ -199,7 +206,7 @@ class EmbeddedNats:
         # the double-quoted strings the NATS config syntax accepts.
         store = self.data_dir / "jetstream"
         config = self.data_dir / "nats-server.conf"
-        config.write_text(
+        text = (
             "# Written by mldiag on every start; edits are lost.\n"
             f"server_name: {json.dumps('mldiag-embedded')}\n"
             f"listen: {json.dumps(f'{LOCALHOST}:{self.port}')}\n"
@@ -210,7 +217,11 @@ class EmbeddedNats:
             f"  max_memory_store: {MAX_MEMORY_STORE}\n"
             f"  max_file_store: {MAX_FILE_STORE}\n"
             "}\n"
-        )
+        ) + (self.authorization or "")
+        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            os.fchmod(out.fileno(), 0o600)  # a file from an older version may be wider
+            out.write(text)
         return config
 
     def __enter__(self) -> "EmbeddedNats":

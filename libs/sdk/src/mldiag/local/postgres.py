@@ -46,6 +46,12 @@ PID_FILE = "postmaster.pid"
 """Written by the server into its data directory; its first line is the postmaster's pid."""
 UNPRIVILEGED_USER = "nobody"
 """PostgreSQL refuses to run as root; as root we run it as this user."""
+HBA_CONF = (
+    "# Written by mldiag on every start; edits are lost.\n"
+    "# Password (SCRAM) logins only, over TCP on 127.0.0.1: the server has no unix socket.\n"
+    "host all all 127.0.0.1/32 scram-sha-256\n"
+)
+"""The ``pg_hba.conf`` of a server started with a password."""
 _PROTOCOL_3 = 196608
 _CANNOT_CONNECT_NOW = "57P03"  # starting up, shutting down or in recovery
 _SERVER_BINARIES = ("initdb", "postgres")
@@ -129,8 +135,12 @@ def _sqlstate(error_body: bytes) -> str | None:
 class EmbeddedPostgres:
     """A PostgreSQL server whose data directory is ``data_dir``, on 127.0.0.1:``port`` only.
 
-    The first start runs ``initdb`` (trust authentication, superuser ``user``, UTF8);
-    later starts reuse the data. The server process is a child of this process, in its own
+    The first start runs ``initdb`` (superuser ``user``, UTF8); later starts reuse the data.
+    With a ``password``, only password (SCRAM) logins are accepted: every start writes
+    ``pg_hba.conf`` and sets the superuser's password before the server listens, which also
+    locks down a data directory an older version left on trust; ``setup_sql`` (psql
+    input) then runs in :attr:`database` as the superuser. Without one, it trusts every
+    local connection (for tests). The server process is a child of this process, in its own
     process group, and :meth:`stop` leaves none of its processes behind. As root, the
     server runs as ``nobody`` and ``data_dir`` is handed to that user. Usable as a context
     manager. Never touches other PostgreSQL servers: it refuses to start if its port is
@@ -144,12 +154,16 @@ class EmbeddedPostgres:
         log_file: Path | None = None,
         user: str = "mldiag",
         database: str = "mldiag",
+        password: str | None = None,
+        setup_sql: str | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
         self.port = port
         self.log_file = Path(log_file).absolute() if log_file else self.data_dir / "postgres.log"
         self.user = user
         self.database = database
+        self.password = password
+        self.setup_sql = setup_sql
         self._process: subprocess.Popen[bytes] | None = None
         self._bindir: Path | None = None
 
@@ -199,6 +213,8 @@ class EmbeddedPostgres:
         if not (self.data_dir / "PG_VERSION").exists():
             self._initdb(bindir, account, timeout)
         self._refuse_if_in_use()
+        if self.password is not None:
+            self._lock_down(bindir, account, self.password)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         since = log_size(self.log_file)
         with self.log_file.open("ab") as out:
@@ -231,6 +247,8 @@ class EmbeddedPostgres:
         try:
             self._wait_ready(process, max(started + timeout, time.monotonic() + 1.0), since)
             self.create_database(self.database)
+            if self.setup_sql:
+                self._psql(self.setup_sql, variables={}, database=self.database)
         except BaseException:
             self.stop(timeout=5.0)
             raise
@@ -287,7 +305,7 @@ class EmbeddedPostgres:
         self._psql(script, variables={"name": name})
         return self.url_for(name)
 
-    def _psql(self, script: str, variables: dict[str, str]) -> str:
+    def _psql(self, script: str, variables: dict[str, str], database: str = "postgres") -> str:
         bindir = self._bindir or find_postgres_bindir()
         psql = bindir / "psql" if os.access(bindir / "psql", os.X_OK) else shutil.which("psql")
         if psql is None:
@@ -295,13 +313,16 @@ class EmbeddedPostgres:
         args = [str(psql), "-X", "-q", "-v", "ON_ERROR_STOP=1"]
         for key, value in variables.items():
             args += ["-v", f"{key}={value}"]
-        args += ["-h", LOCALHOST, "-p", str(self.port), "-U", self.user, "-d", "postgres"]
+        args += ["-h", LOCALHOST, "-p", str(self.port), "-U", self.user, "-d", database]
+        env = {"PGCONNECT_TIMEOUT": "10"}
+        if self.password is not None:
+            env["PGPASSWORD"] = self.password  # not on the command line, where ps shows it
         result = subprocess.run(
             args,
             input=script,
             capture_output=True,
             text=True,
-            env=child_env({"PGCONNECT_TIMEOUT": "10"}),
+            env=child_env(env),
             timeout=60,
             check=False,
         )
@@ -358,6 +379,37 @@ class EmbeddedPostgres:
             self.data_dir,
             time.monotonic() - started,
         )
+
+    def _lock_down(self, bindir: Path, account: pwd.struct_passwd | None, password: str) -> None:
+        """Password logins only, and the superuser's password set, before the server listens.
+
+        Single-user mode sets the password without a login, so this works as well on a
+        new data directory as on one an older version left on trust, and it follows the
+        kept secret if that was lost and made anew.
+        """
+        hba = self.data_dir / "pg_hba.conf"
+        hba.write_text(HBA_CONF)
+        if account is not None:
+            os.chown(hba, account.pw_uid, account.pw_gid)
+        hba.chmod(0o600)
+        literal = "'" + password.replace("'", "''") + "'"
+        result = subprocess.run(
+            [str(bindir / "postgres"), "--single", "-D", str(self.data_dir), "postgres"],
+            input=f'ALTER ROLE "{self.user}" WITH PASSWORD {literal};\n',
+            capture_output=True,
+            text=True,
+            env=child_env(),
+            timeout=60,
+            check=False,
+            user=account.pw_uid if account else None,
+            group=account.pw_gid if account else None,
+            extra_groups=[] if account else None,
+        )
+        if result.returncode != 0 or "ERROR:" in result.stdout + result.stderr:
+            raise StartupFailed(
+                f"setting the superuser's password in {self.data_dir} failed:\n"
+                f"{(result.stdout + result.stderr).strip()}"
+            )
 
     def _refuse_if_in_use(self) -> None:
         pid = read_pid_file(self.data_dir / PID_FILE)

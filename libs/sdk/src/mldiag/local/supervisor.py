@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +29,7 @@ from mldiag.local.config import (
     SPECS,
     ServiceSpec,
     StackConfig,
+    locked_down_substrate,
     probe_host,
     service_available,
     service_environment,
@@ -202,6 +203,7 @@ class Supervisor:
         self._servers: list[_WatchedServer] = []
         self._services: list[_Service] = []
         self._env: dict[str, str] = {}
+        self._credentials: Mapping[str, Mapping[str, str]] = {}
         self._stop_requested = False
         self._force = False
 
@@ -289,8 +291,15 @@ class Supervisor:
     def _start_all(self) -> None:
         config = self.config
         logs = config.logs_dir
+        # Locked down by default: a NATS user and a PostgreSQL role per service.
+        substrate = locked_down_substrate(config)
+        self._credentials = substrate.credentials
         nats = self._nats = EmbeddedNats(
-            config.home / "nats", config.nats_port, config.nats_monitor_port, logs / "nats.log"
+            config.home / "nats",
+            config.nats_port,
+            config.nats_monitor_port,
+            logs / "nats.log",
+            authorization=substrate.nats_authorization,
         )
         nats.start()
         self._record(
@@ -309,7 +318,11 @@ class Supervisor:
         self._watch_server(nats, self._current().components[-1])
         self._check_stop()
         postgres = self._postgres = EmbeddedPostgres(
-            config.home / "postgres", config.postgres_port, logs / "postgres.log"
+            config.home / "postgres",
+            config.postgres_port,
+            logs / "postgres.log",
+            password=substrate.postgres_password,
+            setup_sql=substrate.postgres_setup_sql,
         )
         postgres.start()
         self._record(
@@ -348,7 +361,7 @@ class Supervisor:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=self._env,
+                env={**self._env, **self._credentials.get(spec.name, {})},
                 start_new_session=True,
             )
 
