@@ -477,3 +477,18 @@ async def test_a_real_server_stops_reading_a_chunked_body_past_the_limit(tmp_pat
     assert b"connection: close" in answer.lower()
     # What was sent before the refusal sat in socket buffers, not in the service.
     assert sent < planned / 8
+
+
+def test_the_instance_ports_follow_the_stacks_port_offset(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 14, item 7: `mldiag up --port-offset` moved every port but the instances'.
+    from mldiag.local.config import resolve_config, service_environment  # noqa: PLC0415
+
+    for name in ("MLDIAG_PORT_OFFSET", "MLDIAG_XPROF_PROVISIONER_FIRST_INSTANCE_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    for offset, first in ((0, 9100), (1000, 10_100)):
+        config = resolve_config("/tmp/mldiag-home", port_offset=offset, environ={})
+        env = service_environment(config, "nats://127.0.0.1:1", "postgresql://x")
+        for name, value in env.items():
+            if name.startswith("MLDIAG_XPROF_PROVISIONER_"):
+                monkeypatch.setenv(name, value)
+        assert XProfProvisionerSettings().instance_ports.start == first

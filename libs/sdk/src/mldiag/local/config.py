@@ -26,6 +26,8 @@ DEFAULT_OTLP_GRPC_PORT = 4317
 """ingestion's OTLP/gRPC receiver: the port OpenTelemetry exporters use by default."""
 DEFAULT_OTLP_HTTP_PORT = 4318
 """ingestion's OTLP/HTTP receiver: the OpenTelemetry default for ``http/protobuf``."""
+DEFAULT_XPROF_INSTANCE_PORT = 9100
+"""First port of the xprof-provisioner's XProf instances (loopback, moved by the offset)."""
 DEFAULT_HEALTH_TIMEOUT = 60.0
 
 
@@ -85,6 +87,8 @@ class StackConfig:
     """ingestion's OTLP/gRPC port."""
     otlp_http_port: int = DEFAULT_OTLP_HTTP_PORT
     """ingestion's OTLP/HTTP port (the same routes are also on ingestion's HTTP port)."""
+    xprof_instance_port: int = DEFAULT_XPROF_INSTANCE_PORT
+    """First port of the XProf instances' range."""
     service_ports: Mapping[str, int] = field(
         default_factory=lambda: {spec.name: spec.default_port for spec in SERVICES}
     )
@@ -208,6 +212,11 @@ def resolve_config(
         otlp_http_port=pick(
             "ingestion-otlp-http", "MLDIAG_INGESTION_OTLP_HTTP_PORT", DEFAULT_OTLP_HTTP_PORT
         ),
+        xprof_instance_port=pick(
+            "xprof-instances",
+            "MLDIAG_XPROF_PROVISIONER_FIRST_INSTANCE_PORT",
+            DEFAULT_XPROF_INSTANCE_PORT,
+        ),
         service_ports=service_ports,
         service_hosts=service_hosts,
         services=tuple(name for name in SERVICE_NAMES if name in chosen) or SERVICE_NAMES,
@@ -250,6 +259,7 @@ def service_environment(config: StackConfig, nats_url: str, database_url: str) -
     env["MLDIAG_RUN_REGISTRY_XPROF_URL"] = f"http://{xprof_host}:{xprof_port}"
     env["MLDIAG_INGESTION_OTLP_GRPC_PORT"] = str(config.otlp_grpc_port)
     env["MLDIAG_INGESTION_OTLP_HTTP_PORT"] = str(config.otlp_http_port)
+    env["MLDIAG_XPROF_PROVISIONER_FIRST_INSTANCE_PORT"] = str(config.xprof_instance_port)
     return env
 
 
