@@ -1,6 +1,8 @@
 """ingestion's bus door: IngestMetrics on ``telemetry.metrics.ingest.<run>`` → the same
 MetricPointsReceived chunks as HTTP; a write that breaks a rule is dead-lettered."""
 
+import json
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -10,7 +12,13 @@ from mldiag_ingestion.app import create_app
 from mldiag_ingestion.settings import IngestionSettings
 from mldiag_platform.bus import Publisher
 from mldiag_platform.settings import NatsSettings
-from mldiag_schemas.bus import ALL_STREAMS, DEADLETTER_PREFIX, METRICS_RECEIVED, Namespace
+from mldiag_schemas.bus import (
+    ALL_STREAMS,
+    DEADLETTER_PREFIX,
+    METRICS_INGEST,
+    METRICS_RECEIVED,
+    Namespace,
+)
 from mldiag_schemas.telemetry import (
     IngestMetrics,
     MetricPointsReceived,
@@ -61,3 +69,41 @@ async def test_a_bus_write_becomes_stored_chunks_and_a_bad_one_a_dead_letter(
         [letter] = await wait_until(dead)
         assert "TimestampInFuture" in (letter.headers or {})["Mldiag-Reason"]
         assert IngestMetrics.model_validate_json(letter.data).event_id == bad.event_id
+
+
+async def test_a_bus_write_keeps_its_good_series_and_points_and_dead_letters_nothing(
+    nats_settings: NatsSettings, publisher: Publisher
+) -> None:
+    command = {
+        "type": "telemetry.metrics.ingest",
+        "eventId": str(uuid.uuid4()),
+        "runId": "run-1",
+        "request": {
+            "series": [
+                {"name": "loss", "steps": [1, 2**63, 3], "values": [0.5, 0.4, 0.3]},
+                {"name": "loss", "host": "h\x00", "steps": [1], "values": [0.5]},
+                {"name": "loss", "steps": [4], "values": [0.2], "processIndex": 2**40},
+            ]
+        },
+    }
+    namespace = Namespace(nats_settings.namespace)
+    async with serving(
+        create_app(IngestionSettings(nats=nats_settings, otlp_grpc_port=0, otlp_http_port=0))
+    ):
+        await publisher.publish_raw(
+            namespace.subject(METRICS_INGEST, "run-1"),
+            json.dumps(command).encode(),
+            command["eventId"],
+        )
+
+        async def stored() -> list[MetricPointsReceived]:
+            return await read_messages(nats_settings, METRICS_RECEIVED, MetricPointsReceived)
+
+        [message] = await wait_until(stored)
+        assert [(s.host, s.steps) for s in message.series] == [("", [1, 3])]
+        dead = await read_stream(
+            nats_settings.url,
+            namespace.subject(DEADLETTER_PREFIX, ">"),
+            namespace.stream(ALL_STREAMS[-1]),
+        )
+        assert dead == []

@@ -193,3 +193,15 @@ def test_only_the_official_sdk_has_its_strings_read_back() -> None:
     record = log_record({"userConfigs": {"lr": "0.1"}}, namespace="mlrun_configs", node_id=RUN)
     [report] = map_logs(logs_export(record, **{"service.name": "my-trainer"}), RECEIVED).reports
     assert report.configs.user_configs == {"lr": "0.1"}
+
+
+def test_a_training_step_that_is_no_number_is_rejected_not_a_crash() -> None:
+    request = export(
+        gauge("loss", number(1.0, node_id="run-1")),
+        gauge("training_step", number(math.nan, node_id="run-1")),
+        gauge("training_step", number(math.inf, node_id="run-2")),
+    )
+    mapped = map_export(request)
+    assert mapped.rejected == 2
+    assert "not a number of steps" in mapped.problems[0]
+    assert [(point.name, point.step) for point in mapped.points] == [("loss", T0 // 10**9)]

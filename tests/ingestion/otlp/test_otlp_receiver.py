@@ -158,6 +158,33 @@ async def test_points_without_a_run_are_rejected_the_rest_stored(
     assert grpc_partial.rejected_data_points == 1
 
 
+async def test_points_the_store_cannot_hold_are_rejected_and_the_rest_stored(
+    receiver: Receiver, nats_settings: NatsSettings
+) -> None:
+    request = export(
+        gauge(
+            "loss",
+            number(1.0, node_id=RUN, rank="0"),
+            number(2.0, node_id=RUN, rank="1"),  # its step is past int64
+            number(3.0, node_id=RUN, rank="2", device="a\x00"),  # NUL in a label
+            number(4.0, 2**64 - 1, node_id=RUN, rank="3"),  # the largest uint64 time
+        ),
+        gauge(
+            "training_step",
+            number(5, node_id=RUN, rank="0"),
+            number(1e19, node_id=RUN, rank="1"),
+            number(5, node_id=RUN, rank="2", device="a\x00"),
+            number(5, node_id=RUN, rank="3"),
+        ),
+    )
+    partial = (await receiver.export(request)).partial_success
+    assert partial.rejected_data_points == 3
+    assert "steps must lie within" in partial.error_message
+    assert "NUL" in partial.error_message
+    assert "receipt" in partial.error_message
+    assert await _points(nats_settings) == [(RUN, "loss", 5, 1.0, {"rank": "0"})]
+
+
 @pytest.mark.parametrize(
     ("body", "headers", "status", "code"),
     [
