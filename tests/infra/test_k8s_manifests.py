@@ -302,9 +302,7 @@ def test_every_object_is_in_the_namespace_and_labelled(rendered: Rendered) -> No
         name = f"{obj['kind']} {obj['metadata']['name']}"
         if obj["kind"] not in CLUSTER_SCOPED:
             assert obj["metadata"].get("namespace") == "mldiag", name
-        assert obj["metadata"].get("labels", {}).get("app.kubernetes.io/part-of") == "mldiag" or (
-            obj["kind"] == "Namespace"
-        ), name
+        assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "mldiag", name
 
 
 # --- the services ---------------------------------------------------------------------------
@@ -326,8 +324,7 @@ def test_deployment_runs_the_service_module(rendered: Rendered, platform: Platfo
     assert container["command"] == ["python", "-m", platform.module]
     assert importlib.util.find_spec(f"{platform.module}.__main__") is not None
     # One image for every service, as in docker-compose.yml.
-    images = {rendered.service_container(p)["image"] for p in PLATFORM}
-    assert len(images) == 1
+    assert container["image"] == rendered.service_container(PLATFORM[0])["image"]
 
 
 @by_service
@@ -429,10 +426,8 @@ def test_replicas_and_disruption_budgets(rendered: Rendered) -> None:
         replicas = deployment["spec"]["replicas"]
         if rendered.overlay == "production":
             assert replicas == (2 if platform.service in SCALED_OUT else 1), platform.service
-        budget = budgets[platform.service]
-        assert budget["spec"]["selector"] == deployment["spec"]["selector"]
         # maxUnavailable never blocks a drain, even with a single replica.
-        assert budget["spec"] == {
+        assert budgets[platform.service]["spec"] == {
             "maxUnavailable": 1,
             "selector": deployment["spec"]["selector"],
         }
@@ -479,7 +474,6 @@ def test_every_config_map_key_referenced_exists(rendered: Rendered) -> None:
 def test_shared_environment_is_read_by_every_service(dev: Rendered) -> None:
     # mldiag-env goes to every service whole, so each of its keys must mean something to all.
     shared = dev.get("ConfigMap", "mldiag-env")["data"]
-
     for platform in PLATFORM:
         assert set(shared) <= settings_env_names(settings_class_of(platform)), platform.service
 
