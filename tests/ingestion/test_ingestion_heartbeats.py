@@ -100,6 +100,7 @@ async def test_a_heartbeat_without_time_or_step_is_stamped_on_receipt(
         (b'{"intervalSeconds": 5, "time": "9999-12-31T23:59:59-14:00"}', "invalid_heartbeat"),
         (b'{"intervalSeconds": NaN}', "invalid_heartbeat"),
         (b'{"intervalSeconds": 5, "pid": 1e400}', "invalid_heartbeat"),
+        (b'{"fingerprint": ' + b"[" * 30_000 + b"]" * 30_000 + b"}", "invalid_heartbeat"),
     ],
 )
 async def test_bad_heartbeats_are_refused(

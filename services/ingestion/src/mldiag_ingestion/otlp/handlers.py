@@ -10,7 +10,7 @@ configs for logs), in the ``authorization`` header or gRPC metadata
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import structlog
@@ -35,6 +35,7 @@ from mldiag_ingestion.otlp.service import ExportResult, OtlpIngestion
 from mldiag_platform.auth import TokenDirectory, requires
 from mldiag_platform.errors import MldiagError, PermissionDenied, Unauthenticated
 from mldiag_schemas.auth import Permission
+from mldiag_schemas.errors import ErrorBody
 
 log = structlog.get_logger(__name__)
 
@@ -114,13 +115,34 @@ async def _export_http(request: Request, signal: _Signal) -> Response:
     return Response(signal.response(result).SerializeToString(), media_type=PROTOBUF)
 
 
-@router.post("/v1/metrics", dependencies=[requires(METRICS.permission)])
+def _protobuf_body(message: str) -> dict[str, Any]:
+    """``openapi_extra`` declaring the protobuf body the route reads by hand."""
+    schema = {"type": "string", "format": "binary", "description": f"An OTLP {message}."}
+    return {"requestBody": {"required": True, "content": {PROTOBUF: {"schema": schema}}}}
+
+
+_OTLP_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody} for status in (400, 401, 403, 413)
+}
+
+
+@router.post(
+    "/v1/metrics",
+    dependencies=[requires(METRICS.permission)],
+    openapi_extra=_protobuf_body("ExportMetricsServiceRequest"),
+    responses=_OTLP_ERRORS,
+)
 async def export_metrics(request: Request) -> Response:
     """OTLP/HTTP metrics with protobuf bodies (gzip allowed); JSON OTLP is not accepted."""
     return await _export_http(request, METRICS)
 
 
-@router.post("/v1/logs", dependencies=[requires(LOGS.permission)])
+@router.post(
+    "/v1/logs",
+    dependencies=[requires(LOGS.permission)],
+    openapi_extra=_protobuf_body("ExportLogsServiceRequest"),
+    responses=_OTLP_ERRORS,
+)
 async def export_logs(request: Request) -> Response:
     """OTLP/HTTP logs (the official SDK's configs records) with protobuf bodies."""
     return await _export_http(request, LOGS)
