@@ -45,6 +45,17 @@ def test_a_loss_spike_opens_and_resolves_but_noise_does_not() -> None:
     assert feed.is_resolved(spike)
 
 
+def test_late_points_of_a_falling_loss_are_no_spike() -> None:
+    # A batch redelivered after a failure arrives after newer ones: its higher, older loss
+    # values must not be judged against the newer window.
+    feed = Feed()
+    for step in range(100, 160):
+        feed.step(step, h0={"loss": 1.0 / (1.0 + 0.01 * step)})
+    for step in range(1, 100):
+        feed.step(step, h0={"loss": 1.0 / (1.0 + 0.01 * step)})
+    assert feed.opened() == []
+
+
 def test_a_non_loss_metric_may_jump_without_an_event() -> None:
     feed = Feed()
     for step in range(1, 40):

@@ -83,7 +83,11 @@ def _points(
                 book.hold(_non_finite(columns, watch, step, value, at), now)
             watch.finite_since_bad = 0
             continue
-        if loss:
+        # A point older than the newest good one came late (a batch redelivered after a
+        # failure, or a replica that folded after another): measured against the newer
+        # window, an earlier and higher loss would read as a spike.
+        late = watch.last_good_step is not None and step <= watch.last_good_step
+        if loss and not late:
             _judge_loss(book, key, columns, watch, step, value, at, now, spike)
         if watch.last_good_step is None or step >= watch.last_good_step:
             watch.last_good_step, watch.last_good_value = step, value
