@@ -12,6 +12,7 @@ service, the NetworkPolicies keep NATS, PostgreSQL and XProf to who needs them, 
 NATS server accepts its rendered configuration.
 """
 
+import asyncio
 import copy
 import importlib
 import importlib.util
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import httpx
 import kubernetes_validate
 import pytest
 import yaml
@@ -39,6 +41,10 @@ from infra.test_compose import (
     settings_from,
 )
 from mldiag_platform import substrate
+from mldiag_platform.bus import connect_bus
+from mldiag_platform.settings import NatsSettings
+from mldiag_schemas.bus import ALL_STREAMS
+from support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "infra" / "k8s"
@@ -877,3 +883,97 @@ def test_each_service_port_is_open_and_nothing_else(rendered: Rendered, platform
     for port in rendered.service_container(platform)["ports"]:
         assert _allowed(rendered, labels, port["containerPort"]) == {"*"}
     assert not _allowed(rendered, labels, 9100)
+
+
+# --- the NATS cluster, for real -------------------------------------------------------------
+
+
+def _local_nats_configs(
+    rendered: Rendered, root: Path, auth_conf: str
+) -> list[tuple[Path, int, int]]:
+    """The rendered config of each node, moved onto loopback ports and a local store, with
+    the node's client and monitoring ports. Every rewrite must apply exactly once, so a change to the
+    config's shape fails here instead of testing something else."""
+    nodes = rendered.get("StatefulSet", "nats")["spec"]["replicas"]
+    client, monitor, route = ([free_port() for _ in range(nodes)] for _ in range(3))
+    configs = []
+    for index in range(nodes):
+        node_root = root / f"nats-{index}"
+        config = _nats_files(rendered, node_root, auth_conf)
+        text = config.read_text()
+        rewrites = [
+            (r"listen: 0\.0\.0\.0:4222", f"listen: 127.0.0.1:{client[index]}"),
+            (r"http_port: 8222", f"http_port: {monitor[index]}"),
+            (r"listen: 0\.0\.0\.0:6222", f"listen: 127.0.0.1:{route[index]}"),
+            (r"(store_dir|pid_file): /", rf"\1: {node_root}/"),
+        ] + [
+            (rf"nats://nats-{peer}\.nats-headless:6222", f"nats://127.0.0.1:{route[peer]}")
+            for peer in range(nodes)
+        ]
+        for pattern, replacement in rewrites:
+            text, count = re.subn(pattern, replacement, text)
+            assert count == (2 if pattern.startswith("(store_dir") else 1), pattern
+        config.write_text(text)
+        configs.append((config, client[index], monitor[index]))
+    return configs
+
+
+@pytest.mark.connected
+async def test_the_services_declare_r3_streams_on_the_rendered_cluster(
+    dev: Rendered, nats_server: str, tmp_path: Path
+) -> None:
+    # Three nats-server processes from the rendered config and the dev auth.conf (the
+    # generator's users and permissions); each service connects as itself and declares the
+    # streams with the replicas the manifests give it, as it does at start.
+    auth_conf = dev.get("Secret", "mldiag-nats-auth")["stringData"]["auth.conf"]
+    processes = []
+    configs = _local_nats_configs(dev, tmp_path, auth_conf)
+    try:
+        for index, (config, _client, _monitor) in enumerate(configs):
+            with (tmp_path / f"nats-{index}.log").open("w") as log:
+                processes.append(
+                    subprocess.Popen(  # noqa: ASYNC220  # started once, stopped below
+                        [nats_server, "-c", str(config)],
+                        env={**os.environ, "POD_NAME": f"nats-{index}"},
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+        async with httpx.AsyncClient() as http:
+            for _config, _client, monitor in configs:
+                await _until_healthy(http, f"http://127.0.0.1:{monitor}/healthz")
+        url = ",".join(f"nats://127.0.0.1:{client}" for _config, client, _monitor in configs)
+        for platform in PLATFORM:
+            env = _env_values(dev.service_container(platform), dev.objects)
+            settings = NatsSettings(
+                url=url,
+                namespace=str(env["MLDIAG_NATS_NAMESPACE"]),
+                stream_replicas=int(str(env["MLDIAG_NATS_STREAM_REPLICAS"])),
+                user=env["MLDIAG_NATS_USER"],
+                password=env["MLDIAG_NATS_PASSWORD"],
+            )
+            async with connect_bus(settings, platform.service) as bus:
+                js = bus.broker.config.connection_state.stream
+                for spec in ALL_STREAMS:
+                    info = await js.stream_info(bus.namespace.stream(spec))
+                    assert info.config.num_replicas == 3
+                    assert info.cluster is not None
+                    assert len(info.cluster.replicas or []) == 2, "a leader and two replicas"
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=30)
+
+
+async def _until_healthy(http: httpx.AsyncClient, url: str, timeout: float = 60.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            if (await http.get(url, timeout=2.0)).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"{url} did not answer 200 within {timeout} s")
+        await asyncio.sleep(0.2)
