@@ -5,10 +5,12 @@ and the analyzer's analysis come back through the registry's REST API; `mldiag d
 leaves no process behind.
 """
 
+import asyncio
 import json
 import math
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -16,7 +18,9 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import httpx
+import nats
 import pytest
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue, KeyValueList
@@ -197,6 +201,23 @@ def test_the_console_is_served_on_the_api_port(stack: Stack) -> None:
     # the page signs in through the caller route with the token `mldiag up` wrote
     caller = httpx.get(f"{stack.api}/v1/caller", timeout=5, headers=stack.auth).json()
     assert caller["role"] == "admin"
+
+
+def test_the_substrate_is_locked_down(stack: Stack) -> None:
+    # Issue 14: NATS took anyone and PostgreSQL trusted every local process.
+    nats_url = f"nats://127.0.0.1:{14222 + stack.offset}"
+    with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+        asyncio.run(nats.connect(nats_url, allow_reconnect=False, connect_timeout=2))
+    with pytest.raises(asyncpg.InvalidPasswordError):
+        asyncio.run(asyncpg.connect(f"postgresql://mldiag@127.0.0.1:{15432 + stack.offset}/mldiag"))
+    # Every service is connected, each as its own user.
+    monitor = f"http://127.0.0.1:{18222 + stack.offset}"
+    connections = httpx.get(f"{monitor}/connz?auth=true", timeout=5).json()["connections"]
+    users = {connection.get("authorized_user") for connection in connections}
+    assert users == {"run-registry", "ingestion", "event-detector", "analyzer", "xprof-provisioner"}
+    secrets = stack.home / "secrets"
+    assert stat.S_IMODE(secrets.stat().st_mode) == 0o700
+    assert {stat.S_IMODE(path.stat().st_mode) for path in secrets.iterdir()} == {0o600}
 
 
 def test_xprof_instance_starts_and_stops(stack: Stack) -> None:
