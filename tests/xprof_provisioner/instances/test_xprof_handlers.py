@@ -277,6 +277,12 @@ async def test_the_open_link_maps_a_full_house_to_429(api: Api) -> None:
         ("data/plugin/profile/data?run=../../etc/s1&tag=trace_viewer@", 400, "invalid_parameter"),
         ("data/plugin/profile/data?run=run-2/s1&tag=trace_viewer@", 400, "invalid_parameter"),
         ("data/plugin/profile/data?run=run-1/s1&module_name=../x", 400, "invalid_parameter"),
+        # Without a run XProf answered 500 (data) or dropped the connection (503 here).
+        ("data/plugin/profile/data?tag=trace_viewer@", 400, "invalid_parameter"),
+        ("data/plugin/profile/data_csv", 400, "invalid_parameter"),
+        ("data/plugin/profile/run_tools", 400, "invalid_parameter"),
+        ("data/plugin/profile/hosts?tag=trace_viewer@", 400, "invalid_parameter"),
+        ("data/plugin/profile/module_list", 400, "invalid_parameter"),
         ("data/plugin/profile/capture_profile?service_addr=h:1", 403, "forbidden_route"),
         ("data/plugin/profile/generate_cache", 403, "forbidden_route"),
         ("data/plugin/profile/local", 403, "forbidden_route"),

@@ -79,6 +79,20 @@ async def test_the_proxy_serves_the_ui_tool_list_and_trace_of_a_real_session(
     anonymous = await stack.client.get(f"{base}/runs", headers={"authorization": ""})
     assert anonymous.status_code == 401
 
+    # XProf's 500s for what the request asked wrong are 404s with its words, paths left out
+    # (issue 14, item 9: they were passed on as 500s, or as 503s when XProf hung up).
+    for params in (
+        {"run": "run-1/s1", "tag": "hlo_stats", "host": "no-such-host"},
+        {"run": "run-1/s1", "tag": "graph_viewer", "host": HOST, "program_id": "1"},
+    ):
+        no_data = await stack.client.get(f"{base}/data_csv", params=params)
+        assert no_data.status_code == 404, no_data.text
+        error = no_data.json()["error"]
+        assert error["code"] == "xprof_no_data"
+        assert str(stack.settings.work_dir) not in error["message"]
+    missing_run = await stack.client.get(f"{base}/run_tools")
+    assert missing_run.status_code == 400
+
 
 async def test_many_users_at_once_are_answered(stack: Stack, xplane: bytes) -> None:
     await stack.put_session(xplane, "run-1", "s1")

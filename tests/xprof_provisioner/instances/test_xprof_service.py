@@ -21,12 +21,22 @@ from mldiag_xprof_provisioner.errors import (
 from mldiag_xprof_provisioner.instances import copies
 from mldiag_xprof_provisioner.instances.copies import OWNER_FILE
 from mldiag_xprof_provisioner.instances.service import XProfProvisioner
+from support import wait_until
 from xprof_provisioner.xprof_fakes import ALICE, BOB, FAILED, RUNNING, STARTING, STOPPED, World
 
 
 @pytest.fixture
 def world(tmp_path: Path) -> World:
     return World(tmp_path)
+
+
+async def _launched(world: World) -> None:
+    """Wait until the (gated) XProf of a start in progress has been launched."""
+
+    async def count() -> int:
+        return len(world.launcher.launched)
+
+    await wait_until(count, lambda launched: launched > 0, timeout=5)
 
 
 async def test_start_copies_the_runs_profiles_and_reports_a_running_instance(world: World) -> None:
@@ -107,9 +117,10 @@ async def test_starting_a_run_again_returns_its_instance(world: World) -> None:
 
 async def test_concurrent_starts_of_one_run_share_one_xprof(world: World) -> None:
     world.launcher.behaviour = "gated"
-    first = asyncio.create_task(world.start(["run-1"]))
-    second = asyncio.create_task(world.start(["run-1"]))
-    await asyncio.sleep(0.01)
+    await world.store.put("run-1/plugins/profile/s1/h.xplane.pb", b"x")
+    first = asyncio.create_task(world.service.start(["run-1"], ALICE))
+    second = asyncio.create_task(world.service.start(["run-1"], ALICE))
+    await _launched(world)
     [listed] = await world.service.list_instances()
     assert listed.state is STARTING
     world.launcher.gate.set()
@@ -219,7 +230,7 @@ async def test_stop_ends_the_process_deletes_the_copy_and_is_idempotent(world: W
 async def test_stopping_a_starting_instance_cancels_its_start(world: World) -> None:
     world.launcher.behaviour = "gated"
     starting = asyncio.create_task(world.start(["run-1"]))
-    await asyncio.sleep(0.01)
+    await _launched(world)
     [listed] = await world.service.list_instances()
     stopped = await world.service.stop(listed.instance_id)
     assert stopped.state is STOPPED
@@ -507,7 +518,7 @@ async def test_a_request_in_flight_keeps_an_instance_from_being_reaped(world: Wo
 async def test_acquiring_a_starting_instance_waits_for_it(world: World) -> None:
     world.launcher.behaviour = "gated"
     starting = asyncio.create_task(world.start(["run-1"]))
-    await asyncio.sleep(0.01)
+    await _launched(world)
     [listed] = await world.service.list_instances()
     acquiring = asyncio.create_task(world.service.acquire(listed.instance_id))
     await asyncio.sleep(0.01)

@@ -80,6 +80,13 @@ class XProfUnreachable(Unavailable):
     code = "xprof_unreachable"
 
 
+class XProfNoData(NotFound):
+    """XProf failed (a 5xx) to produce a tool's data for the parameters given: an unknown
+    host, a tool that needs what the session does not have (HLO for the graph viewer)."""
+
+    code = "xprof_no_data"
+
+
 class ForbiddenParameter(InvalidArgument):
     """A proxied request carries a query parameter the proxy does not pass on."""
 

@@ -12,9 +12,10 @@ Besides the instances' API, the service is the only door to XProf:
 """
 
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, NoReturn
 from urllib.parse import urlencode
 
+import structlog
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse, StreamingResponse
 from pydantic import ValidationError
@@ -35,10 +36,19 @@ from mldiag_xprof_provisioner.errors import (
     InvalidRunId,
     InvalidStartRequest,
     MethodNotAllowed,
+    XProfNoData,
 )
-from mldiag_xprof_provisioner.instances.proxy import XProfClient, check_host, check_tool, route
+from mldiag_xprof_provisioner.instances.proxy import (
+    Upstream,
+    XProfClient,
+    check_host,
+    check_tool,
+    route,
+)
 from mldiag_xprof_provisioner.instances.service import PROXY_PREFIX, UI_PATH, XProfProvisioner
 from mldiag_xprof_provisioner.settings import XProfProvisionerSettings
+
+log = structlog.get_logger(__name__)
 
 router = APIRouter()
 
@@ -60,8 +70,9 @@ _START_BODY = {
     }
 }
 _ERRORS: dict[int | str, dict[str, object]] = {
-    status: {"model": ErrorBody} for status in (400, 401, 403, 404, 413, 429, 503)
+    status: {"model": ErrorBody} for status in (400, 401, 403, 404, 429, 503)
 }
+_START_ERRORS: dict[int | str, dict[str, object]] = {**_ERRORS, 413: {"model": ErrorBody}}
 _PROXY_ERRORS: dict[int | str, dict[str, object]] = {
     status: {"model": ErrorBody} for status in (400, 401, 403, 404, 409, 429, 503)
 }
@@ -91,7 +102,7 @@ async def _authorize(request: Request, permission: Permission, token: str = "") 
     INSTANCES_PATH,
     status_code=201,
     openapi_extra=_START_BODY,
-    responses={201: {"model": XProfInstance}, 200: {"model": XProfInstance}, **_ERRORS},
+    responses={201: {"model": XProfInstance}, 200: {"model": XProfInstance}, **_START_ERRORS},
 )
 async def start_instance(
     request: Request, caller: Annotated[Principal, requires(Permission.XPROF_CREATE)]
@@ -222,6 +233,8 @@ async def proxy(request: Request, instance_id: str, path: str) -> Response:
             request.headers.get("accept", ""),
             secret=lease.secret,
         )
+        if upstream.status_code >= 500 and not target.static:
+            await _no_data(upstream, target.path)
     except BaseException:
         lease.release()
         raise
@@ -254,6 +267,18 @@ async def proxy_refused(instance_id: str, path: str) -> Response:
     """XProf's UI only reads; its one write (capture) is refused outright."""
     raise MethodNotAllowed(
         f"the XProf proxy answers GET and HEAD only, not on /{path} of {instance_id}"
+    )
+
+
+async def _no_data(upstream: Upstream, path: str) -> NoReturn:
+    """XProf answers 500 for a host it does not have, a tool the session cannot feed (no
+    HLO for the graph viewer) and the like: the request's doing, not a fault of ours, and
+    its words say what was wrong."""
+    said = await upstream.error_text()
+    log.info("xprof.proxy.no_data", status=upstream.status_code, route=path, said=said[:500])
+    raise XProfNoData(
+        f"XProf could not produce this: {said[:300] or upstream.status_code}",
+        details=[{"xprofStatus": upstream.status_code}],
     )
 
 

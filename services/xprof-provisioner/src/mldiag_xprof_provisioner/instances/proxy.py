@@ -145,6 +145,8 @@ _HOST = re.compile(HOST_PATTERN)
 _TOOL = re.compile(r"^[A-Za-z_]+[@^]?$")
 _UI_ROUTE_SEGMENT = re.compile(r"^[A-Za-z0-9_@-]+$")
 _MAX_VALUE_LENGTH = 4096
+_PATH = re.compile(r"(?<![\w.@-])/[^\s'\",:]+")
+"""An absolute file path in XProf's words (not the slash of ``<run>/<session>``)."""
 
 
 @dataclass(frozen=True)
@@ -185,6 +187,12 @@ def route(path: str, query: Sequence[tuple[str, str]], run_ids: Sequence[str]) -
             raise ForbiddenParameter(
                 f"the parameter {unknown[0]!r} is not passed on to XProf's {below!r}",
                 details=[{"parameter": name, "route": below} for name in unknown],
+            )
+        if "run" in allowed and "run" not in names:
+            # XProf fails on these without one: a 500 for data, a dropped connection else.
+            raise InvalidParameter(
+                f"XProf's {below!r} needs a 'run' parameter ('<run>/<session>')",
+                details=[{"parameter": "run", "route": below}],
             )
         for name, value in query:
             _check_value(name, value, run_ids)
@@ -296,6 +304,21 @@ class Upstream:
         # API answers are per user and per moment.
         passed["cache-control"] = "private, max-age=3600" if static else "no-store"
         return passed
+
+    async def error_text(self, limit: int = 4096) -> str:
+        """The start of an error answer's body, decoded, with file paths left out (XProf
+        names files of the instance's copy); closes the answer."""
+        text = ""
+        try:
+            async for chunk in self._response.aiter_text():
+                text += chunk
+                if len(text) >= limit:
+                    break
+        except httpx.HTTPError:
+            pass  # what came is all there is
+        finally:
+            await self.close()
+        return _PATH.sub("<path>", text[:limit]).strip()
 
     async def body(self) -> AsyncIterator[bytes]:
         """The body as XProf encoded it (gzip, mostly): passed through, not re-encoded."""
