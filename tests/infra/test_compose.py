@@ -5,6 +5,7 @@ modules the commands run, the settings fields the environment sets, the ports th
 listen on, publish and probe, and the names and ports the URLs point at.
 """
 
+import asyncio
 import importlib
 import importlib.util
 import os
@@ -26,7 +27,13 @@ import yaml
 from pydantic import AliasChoices
 from pydantic_settings import BaseSettings
 
+from mldiag.cli.substrate import DEFAULT_OUT
+from mldiag_platform import substrate
+from mldiag_schemas.bus import Namespace
+
 COMPOSE_FILE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
+SUBSTRATE_DIR = "MLDIAG_SUBSTRATE_DIR"
+"""Where compose reads the files `mldiag substrate generate` writes."""
 
 
 @dataclass(frozen=True)
@@ -55,31 +62,47 @@ DEFAULT_NATS_PORT = 4222
 DEFAULT_POSTGRES_PORT = 5432
 
 
-def _interpolate(value: Any) -> Any:
-    """Resolve variables to their defaults, as compose does with an empty environment."""
+def _interpolate(value: Any, given: dict[str, str]) -> Any:
+    """Resolve variables to ``given`` or their defaults, as compose does with an environment
+    of ``given`` alone."""
     if isinstance(value, dict):
-        return {key: _interpolate(item) for key, item in value.items()}
+        return {key: _interpolate(item, given) for key, item in value.items()}
     if isinstance(value, list):
-        return [_interpolate(item) for item in value]
+        return [_interpolate(item, given) for item in value]
     if isinstance(value, str):
-        return _VARIABLE.sub(_default_of, value)
+        return _VARIABLE.sub(lambda match: _value_of(match, given), value)
     return value
 
 
-def _default_of(match: re.Match[str]) -> str:
+def _value_of(match: re.Match[str], given: dict[str, str]) -> str:
     if match.group(0) == "$$":
         return "$"
     if match.group("bare") or not match.group("op"):
         pytest.fail(f"{match.group(0)} has no default: the file must work without a .env")
-    return match.group("default")
+    return given.get(match.group("name")) or match.group("default")
 
 
 @pytest.fixture(scope="module")
-def compose() -> dict[str, Any]:
+def substrate_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What `mldiag substrate generate` writes, where compose is told to read it."""
+    out = tmp_path_factory.mktemp("substrate")
+    secrets = {name: f"secret-of-{name}" for name in substrate.SECRET_NAMES}
+    for name, text in substrate.compose_files(Namespace("mldiag"), secrets).items():
+        (out / name).write_text(text)
+    return out
+
+
+@pytest.fixture(scope="module")
+def compose(substrate_dir: Path) -> dict[str, Any]:
     loaded = yaml.safe_load(COMPOSE_FILE.read_text())
     assert isinstance(loaded, dict)
-    resolved: dict[str, Any] = _interpolate(loaded)
+    resolved: dict[str, Any] = _interpolate(loaded, {SUBSTRATE_DIR: str(substrate_dir)})
     return resolved
+
+
+def test_the_default_substrate_dir_is_where_generate_writes() -> None:
+    text = COMPOSE_FILE.read_text()
+    assert f"${{{SUBSTRATE_DIR}:-./{DEFAULT_OUT}}}/" in text
 
 
 @pytest.fixture(scope="module")
@@ -89,10 +112,24 @@ def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _environment(service: dict[str, Any]) -> dict[str, str]:
+    """The variables a container gets: its env files, then ``environment`` over them."""
+    merged: dict[str, str] = {}
+    for path in _env_files(service):
+        for line in Path(path).read_text().splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.partition("=")
+                merged[key] = value
     env = service.get("environment", {})
     if isinstance(env, list):
         env = dict(item.split("=", 1) for item in env)
-    return {str(key): str(value) for key, value in env.items()}
+    merged.update({str(key): str(value) for key, value in env.items()})
+    return merged
+
+
+def _env_files(service: dict[str, Any]) -> list[str]:
+    files = service.get("env_file") or []
+    entries = [files] if isinstance(files, (str, dict)) else files
+    return [entry["path"] if isinstance(entry, dict) else str(entry) for entry in entries]
 
 
 def _container_ports(service: dict[str, Any]) -> dict[int, str]:
@@ -314,6 +351,11 @@ def test_health_probes_exit_non_zero_on_an_unhealthy_answer(
             assert (result.returncode == 0) is healthy, result.stderr.decode()
 
 
+def _one_shot(service: dict[str, Any]) -> bool:
+    """A job that runs to completion (postgres-roles), not a server."""
+    return service.get("restart") == "no" and not _healthcheck_test(service)
+
+
 def test_depends_on_waits_for_healthy_services(services: dict[str, dict[str, Any]]) -> None:
     checked = 0
     for name, service in services.items():
@@ -321,8 +363,11 @@ def test_depends_on_waits_for_healthy_services(services: dict[str, dict[str, Any
         assert isinstance(depends_on, dict), f"{name}: depends_on needs conditions, not a list"
         for target, spec in depends_on.items():
             assert target in services, f"{name} depends on unknown service {target}"
-            assert spec.get("condition") == "service_healthy", f"{name} -> {target}"
-            assert _healthcheck_test(services[target]), f"{target} has no health check"
+            if _one_shot(services[target]):
+                assert spec.get("condition") == "service_completed_successfully", name
+            else:
+                assert spec.get("condition") == "service_healthy", f"{name} -> {target}"
+                assert _healthcheck_test(services[target]), f"{target} has no health check"
             checked += 1
     assert checked >= len(PLATFORM)
 
@@ -379,10 +424,14 @@ def test_nats_url_points_at_the_nats_container(
         assert parsed.port == _nats_port(services, parsed.hostname)
 
 
-def test_database_url_points_at_the_postgres_container(services: dict[str, dict[str, Any]]) -> None:
+def test_database_url_points_at_the_postgres_container(
+    services: dict[str, dict[str, Any]], substrate_dir: Path
+) -> None:
     users = 0
+    roles_sql = (substrate_dir / "postgres-roles.sql").read_text()
     for platform in PLATFORM:
-        url = _environment(services[platform.service]).get("MLDIAG_DATABASE_URL")
+        service = services[platform.service]
+        url = _environment(service).get("MLDIAG_DATABASE_URL")
         if url is None:
             continue
         users += 1
@@ -391,10 +440,114 @@ def test_database_url_points_at_the_postgres_container(services: dict[str, dict[
         assert parsed.hostname in services, f"{url} names no compose service"
         server = _environment(services[parsed.hostname])
         assert parsed.port == int(server.get("PGPORT", DEFAULT_POSTGRES_PORT))
-        assert parsed.username == server["POSTGRES_USER"]
-        assert parsed.password == server["POSTGRES_PASSWORD"]
+        # Its own role, made by postgres-roles before it starts; never the superuser.
+        assert parsed.username == substrate.database_role(platform.service)
+        assert parsed.username != server["POSTGRES_USER"]
+        assert f"ALTER ROLE {parsed.username} WITH LOGIN" in roles_sql
+        assert f"PASSWORD '{parsed.password}'" in roles_sql
+        assert service["depends_on"]["postgres-roles"]
         assert parsed.path.lstrip("/") == server["POSTGRES_DB"]
     assert users == 2, "run-registry and event-detector keep their tables in PostgreSQL"
+
+
+def test_postgres_takes_passwords_and_postgres_roles_runs_the_generated_sql(
+    services: dict[str, dict[str, Any]], substrate_dir: Path
+) -> None:
+    server = _environment(services["postgres"])
+    assert server["POSTGRES_HOST_AUTH_METHOD"] == "scram-sha-256"
+    assert server["POSTGRES_PASSWORD"] == f"secret-of-{substrate.POSTGRES_SUPERUSER_KEY}"
+    job = services["postgres-roles"]
+    command = [str(part) for part in job["command"]]
+    assert _flag(command, "-h") == "postgres"
+    assert _flag(command, "-U") == server["POSTGRES_USER"]
+    assert _environment(job)["PGPASSWORD"] == server["POSTGRES_PASSWORD"]
+    script = _flag(command, "-f")
+    mounted = {
+        target: source
+        for source, target, *_ in (str(volume).split(":") for volume in job["volumes"])
+    }
+    assert mounted[str(script)] == str(substrate_dir / "postgres-roles.sql")
+
+
+@by_service
+def test_every_service_connects_to_nats_as_its_own_user(
+    platform: Platform,
+    services: dict[str, dict[str, Any]],
+    substrate_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings: Any = settings_from(platform, _environment(services[platform.service]), monkeypatch)
+    assert settings.nats.user == platform.service
+    password = settings.nats.password.get_secret_value()
+    assert password == f"secret-of-{substrate.nats_password_key(platform.service)}"
+    authorization = (substrate_dir / "nats-auth.conf").read_text()
+    assert f'"user": "{platform.service}"' in authorization
+    assert f'"password": "{password}"' in authorization
+
+
+def test_nats_loads_the_generated_authorization(
+    services: dict[str, dict[str, Any]], substrate_dir: Path
+) -> None:
+    nats = services["nats"]
+    command = [str(part) for part in nats["command"]]
+    config = _flag(command, "-c", "--config")
+    mounted = {
+        target: source
+        for source, target, *_ in (
+            str(volume).split(":") for volume in nats["volumes"] if str(volume).startswith("/")
+        )
+    }
+    assert mounted[str(config)] == str(substrate_dir / "nats-auth.conf")
+    # The same command line, on a real nats-server, with the paths and ports of this machine.
+    from mldiag.local.nats import find_nats_server  # noqa: PLC0415
+
+    port, monitor = _free_port(), _free_port()
+    local = [
+        {config: mounted[str(config)], "/data": str(substrate_dir / "store")}.get(part, part)
+        for part in command
+    ]
+    local[local.index("8222")] = str(monitor)
+    process = subprocess.Popen(
+        [find_nats_server(), *local, "-a", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert asyncio.run(_anonymous_refused(f"nats://127.0.0.1:{port}"))
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+async def _anonymous_refused(url: str) -> bool:
+    import nats  # noqa: PLC0415
+
+    for _ in range(100):
+        try:
+            client = await nats.connect(url, allow_reconnect=False, connect_timeout=1)
+        except nats.errors.Error as error:
+            return "Authorization Violation" in str(error)
+        except OSError:
+            await asyncio.sleep(0.05)  # not listening yet
+            continue
+        await client.close()
+        return False
+    return False
+
+
+def _free_port() -> int:
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def test_the_nats_cli_signs_in_as_the_operator(services: dict[str, dict[str, Any]]) -> None:
+    env = _environment(services["nats-cli"])
+    assert env["NATS_USER"] == substrate.OPERATOR
+    assert env["NATS_PASSWORD"] == f"secret-of-nats-{substrate.OPERATOR}"
 
 
 def test_object_storage_is_the_emulator_with_the_bucket_ready(
