@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 
 import structlog
+from pydantic import ValidationError
 from pydantic_core import TzInfo
 
 from mldiag_ingestion.errors import (
@@ -226,37 +227,48 @@ class IngestionService:
     def _columns(
         self, index: int, series: MetricSeries, received_at: datetime
     ) -> tuple[MetricColumns, list[RejectedPoints]]:
-        """The series' points the store can hold, and the ones refused (by reason)."""
-        steps, values = series.steps, series.values
+        """The series' points the store can hold, and the ones refused (by reason).
+
+        The bus contract checks the ranges of whole columns (min/max, in C); only a series
+        it refuses, or with a time past receipt, pays for a Python pass over its points.
+        """
         times = None if series.times is None else _all_micros(series.times)
         latest = _micros(received_at + self._max_skew)
-        # min/max run in C over the columns; only a series with a bad point pays for a
-        # Python pass over its points.
-        bad_steps = bool(steps) and (min(steps) < 0 or max(steps) > MAX_STEP)
-        bad_times = (
-            bool(times) and times is not None and (min(times) < MIN_TIME_US or max(times) > latest)
+        if not times or max(times) <= latest:
+            try:
+                return self._columns_of(series, series.steps, series.values, times), []
+            except ValidationError as exc:
+                # The series' own fields were checked when parsing: only points are left.
+                if any(error["type"] not in _POINT_ERRORS for error in exc.errors()):
+                    raise
+        reasons: dict[int, str] = {}
+        for point, step in enumerate(series.steps):
+            if not 0 <= step <= MAX_STEP:
+                reasons[point] = "step_out_of_range"
+        for point, micros in enumerate(times or ()):
+            if point not in reasons and micros < MIN_TIME_US:
+                reasons[point] = "time_out_of_range"
+            elif point not in reasons and micros > latest:
+                reasons[point] = "timestamp_in_future"
+        rejections = [
+            self._rejection(index, series, code, [p for p, c in reasons.items() if c == code])
+            for code in ("step_out_of_range", "time_out_of_range", "timestamp_in_future")
+            if code in reasons.values()
+        ]
+        kept = [point for point in range(len(series.steps)) if point not in reasons]
+        columns = self._columns_of(
+            series,
+            [series.steps[point] for point in kept],
+            [series.values[point] for point in kept],
+            None if times is None else [times[point] for point in kept],
         )
-        rejections: list[RejectedPoints] = []
-        if bad_steps or bad_times:
-            reasons: dict[int, str] = {}
-            for point, step in enumerate(steps):
-                if not 0 <= step <= MAX_STEP:
-                    reasons[point] = "step_out_of_range"
-            for point, micros in enumerate(times or ()):
-                if point not in reasons and micros < MIN_TIME_US:
-                    reasons[point] = "time_out_of_range"
-                elif point not in reasons and micros > latest:
-                    reasons[point] = "timestamp_in_future"
-            rejections = [
-                self._rejection(index, series, code, [p for p, c in reasons.items() if c == code])
-                for code in ("step_out_of_range", "time_out_of_range", "timestamp_in_future")
-                if code in reasons.values()
-            ]
-            kept = [point for point in range(len(steps)) if point not in reasons]
-            steps = [steps[point] for point in kept]
-            values = [values[point] for point in kept]
-            times = None if times is None else [times[point] for point in kept]
-        columns = MetricColumns(
+        return columns, rejections
+
+    @staticmethod
+    def _columns_of(
+        series: MetricSeries, steps: list[int], values: list[float], times: list[int] | None
+    ) -> MetricColumns:
+        return MetricColumns(
             name=series.name,
             host=series.host,
             process_index=series.process_index,
@@ -265,7 +277,6 @@ class IngestionService:
             values=values,
             times_unix_us=times,
         )
-        return columns, rejections
 
     def _rejection(
         self, index: int, series: MetricSeries, code: str, points: list[int]
@@ -285,6 +296,9 @@ class IngestionService:
             reason=reason,
         )
 
+
+_POINT_ERRORS = frozenset({"step_out_of_range", "time_out_of_range"})
+"""The bus contract's errors that a point, not its series, is to blame for."""
 
 _ERROR_BY_CODE: dict[str, type[InvalidArgument]] = {
     "invalid_metric_name": InvalidMetricName,
