@@ -172,3 +172,9 @@ def test_a_write_keeps_every_good_series_and_names_every_bad_one(bad: list[bool]
     assert write.series_indexes() == [i for i, b in enumerate(bad) if not b]
     assert [r.series_index for r in write.refused_series] == [i for i, b in enumerate(bad) if b]
     assert {r.code for r in write.refused_series} <= {"invalid_metric_name"}
+
+
+@pytest.mark.parametrize("interval", [math.inf, math.nan, 0.0, 3600.5])
+def test_a_heartbeat_on_the_bus_has_a_finite_interval(interval: float) -> None:
+    with pytest.raises(ValidationError):
+        RunHeartbeat(run_id="run-1", interval_seconds=interval, received_at=NOW)

@@ -724,7 +724,11 @@ class RunHeartbeat(Envelope):
     step: int | None = Field(
         default=None, ge=0, le=MAX_STEP, description="The last step it logged."
     )
-    interval_seconds: float = Field(gt=0, description="Seconds until the next heartbeat.")
+    interval_seconds: float = Field(
+        gt=0,
+        le=MAX_HEARTBEAT_INTERVAL_SECONDS,  # finite: the detector adds it to times
+        description="Seconds until the next heartbeat.",
+    )
     received_at: StoredTime = Field(description="When ingestion received it.")
     fingerprint: Fingerprint = Field(
         default_factory=dict, description="The process's environment in short."
