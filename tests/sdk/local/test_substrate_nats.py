@@ -349,3 +349,24 @@ def test_every_message_is_published_by_some_user() -> None:
     published = {pattern for user in substrate.NATS_USERS for pattern in user.publishes}
     for subject in SUBJECT_OF.values():
         assert f"{subject}.*" in published, f"no NATS user may publish {subject}"
+
+
+async def test_an_in_cluster_publisher_may_only_send_metric_writes(server: Server) -> None:
+    async with connect_bus(settings_of(server, substrate.OPERATOR), "test-streams"):
+        pass  # the streams exist, whichever test ran first
+    user = substrate.TELEMETRY_PUBLISHER
+    client = await nats.connect(
+        server.url,
+        user=user,
+        password=SECRETS[substrate.nats_password_key(user)],
+        inbox_prefix=substrate.inbox_prefix(user),
+    )
+    try:
+        js = client.jetstream(timeout=1.0)
+        stream = NAMESPACE.stream(bus.TELEMETRY)
+        ack = await js.publish(NAMESPACE.subject(bus.METRICS_INGEST, "run-1"), b"{}", stream=stream)
+        assert ack.stream == stream
+        with pytest.raises(TimeoutError):  # refused: nothing answers
+            await js.publish(NAMESPACE.subject(bus.METRICS_RECEIVED, "run-1"), b"{}")
+    finally:
+        await client.close()
