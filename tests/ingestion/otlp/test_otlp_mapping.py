@@ -205,3 +205,15 @@ def test_a_training_step_that_is_no_number_is_rejected_not_a_crash() -> None:
     assert mapped.rejected == 2
     assert "not a number of steps" in mapped.problems[0]
     assert [(point.name, point.step) for point in mapped.points] == [("loss", T0 // 10**9)]
+
+
+def test_a_configs_record_with_nul_is_rejected_not_stored() -> None:
+    records = [
+        log_record({"userConfigs": {"lr": "0.1\x00"}}, namespace="mlrun_configs"),
+        log_record({"userConfigs": {"opt\x00": 1}}, namespace="mlrun_configs"),
+        log_record({"userConfigs": {"lr": 0.1}}, namespace="mlrun_configs"),
+    ]
+    mapped = map_logs(logs_export(*records, node_id="run-1"), datetime.now(UTC))
+    assert mapped.rejected.rejected == 2
+    assert "NUL" in mapped.rejected.problems[0]
+    assert [report.configs.user_configs for report in mapped.reports] == [{"lr": 0.1}]

@@ -43,7 +43,7 @@ from pydantic import JsonValue, ValidationError
 from mldiag_ingestion.service import IngestionService
 from mldiag_platform.bus import MessagePublisher
 from mldiag_platform.errors import InvalidArgument
-from mldiag_schemas.ids import derived_id, is_run_id
+from mldiag_schemas.ids import derived_id, has_nul, is_run_id
 from mldiag_schemas.runs import Configs, RunConfigsReported
 from mldiag_schemas.telemetry import MetricSeries, WriteMetricsRequest, from_unix_micros
 
@@ -312,6 +312,8 @@ def _configs_report(
     ):
         return "configs record: the body must be a map with userConfigs (or software/hardware)"
     sections = {name: body[name] for name in _CONFIG_SECTIONS if isinstance(body.get(name), dict)}
+    if _holds_nul(sections):  # the registry keeps configs in jsonb, which refuses NUL
+        return "configs record: keys and values must not contain NUL (U+0000)"
     try:
         configs = Configs.model_validate(sections)
     except ValidationError as exc:
@@ -325,6 +327,16 @@ def _configs_report(
         run_id=run_id,
         configs=configs,
     )
+
+
+def _holds_nul(value: JsonValue) -> bool:
+    if isinstance(value, str):
+        return has_nul(value)
+    if isinstance(value, list):
+        return any(_holds_nul(item) for item in value)
+    if isinstance(value, dict):
+        return any(has_nul(key) or _holds_nul(item) for key, item in value.items())
+    return False
 
 
 def _series_key(point: OtlpPoint) -> tuple[str, str, str, _Attrs]:
