@@ -370,3 +370,11 @@ async def test_an_in_cluster_publisher_may_only_send_metric_writes(server: Serve
             await js.publish(NAMESPACE.subject(bus.METRICS_RECEIVED, "run-1"), b"{}")
     finally:
         await client.close()
+
+
+@pytest.mark.parametrize("service", substrate.SERVICE_NAMES)
+def test_the_table_grants_the_durables_the_service_declares(service: str) -> None:
+    user = next(user for user in substrate.SERVICES if user.name == service)
+    granted = {(c.stream.name, c.durable, c.subject) for c in user.consumes}
+    declared = {(s.stream.name, s.durable, s.subject) for s in REAL_CONSUMERS[service]}
+    assert granted == declared
