@@ -37,6 +37,8 @@ from mldiag_schemas.bus import TELEMETRY, Namespace
 REGISTRY_SCHEMA = "run_registry"
 NAN_EVENT = '%"kind":"non_finite"%'
 """How the body of an event the NaN rule opened reads (its evidence's kind)."""
+RETRY_FOR_SECONDS = 180
+"""How long a writer retries one request, as the SDK keeps a batch through an outage."""
 ACK_WAIT_SECONDS = 10
 """How long a killed consumer's batch stays unacked before another replica gets it."""
 
@@ -260,7 +262,7 @@ class Load:
         self._poison_pending = True
 
     async def stop(self) -> None:
-        """Stop after the requests in flight are accepted (retried up to a minute)."""
+        """Stop after the requests in flight are accepted (or given up on)."""
         self._stopping.set()
         await asyncio.gather(*self._tasks)
 
@@ -270,7 +272,7 @@ class Load:
         async with httpx.AsyncClient(headers=self.platform.headers, timeout=10) as client:
             while not self._stopping.is_set():
                 body = self._next_body(run_id)
-                deadline = time.monotonic() + 60
+                deadline = time.monotonic() + RETRY_FOR_SECONDS
                 while True:
                     url = urls[turn % len(urls)]
                     turn += 1
@@ -278,7 +280,7 @@ class Load:
                         break
                     self.failures += 1
                     if time.monotonic() > deadline:
-                        raise RuntimeError(f"{run_id}: no 202 for a minute; last {url}")
+                        raise RuntimeError(f"{run_id}: no 202 in {RETRY_FOR_SECONDS} s; last {url}")
                     await asyncio.sleep(0.2)
                 self.accepted[run_id] += self.points
                 await asyncio.sleep(self.pause)
@@ -442,13 +444,16 @@ async def under_load(
     """Write to ``runs`` fresh runs, inject ``fault`` once the load is steady (and a NaN in
     every run at the same moment), keep writing ``after`` seconds past recovery, then wait
     for the books to balance (or ``settle_timeout``) and read them."""
-    run_ids = [f"{name}-{index}-{uuid.uuid4().hex[:6]}" for index in range(runs)]
+    # Run ids are resource ids: lowercase letters, digits and dashes.
+    slug = "-".join("".join(c if c.isalnum() else " " for c in name.lower()).split())
+    run_ids = [f"{slug}-{index}-{uuid.uuid4().hex[:6]}" for index in range(runs)]
     await platform.create_runs(run_ids)
     load = Load(platform, run_ids)
     load.start()
     await asyncio.sleep(warmup)
     began = time.monotonic()
-    marks = dict(load.accepted)  # a step at or past its mark was sent after the fault
+    # The request in flight now was sent before the fault; the next one starts at its mark.
+    marks = {run: accepted + load.points for run, accepted in load.accepted.items()}
     load.poison()
     written = asyncio.create_task(_first_new_point(platform.database_url, marks))
     await fault()
