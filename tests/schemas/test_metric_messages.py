@@ -15,6 +15,7 @@ from mldiag_schemas.telemetry import (
     MAX_STEP,
     MAX_TIME,
     MIN_TIME,
+    IngestMetrics,
     MetricColumns,
     MetricPointsReceived,
     MetricSeries,
@@ -178,3 +179,23 @@ def test_a_write_keeps_every_good_series_and_names_every_bad_one(bad: list[bool]
 def test_a_heartbeat_on_the_bus_has_a_finite_interval(interval: float) -> None:
     with pytest.raises(ValidationError):
         RunHeartbeat(run_id="run-1", interval_seconds=interval, received_at=NOW)
+
+
+def test_an_ingest_command_keeps_its_good_series_and_a_storable_time() -> None:
+    command = {
+        "type": "telemetry.metrics.ingest",
+        "runId": "run-1",
+        "request": {
+            "series": [
+                {"name": "loss", "steps": [1], "values": [1.0], "host": "h\x00"},
+                {"name": "loss", "steps": [1], "values": [1.0]},
+            ]
+        },
+    }
+    parsed = IngestMetrics.model_validate_json(json.dumps(command))
+    assert [s.host for s in parsed.request.series] == [""]
+    assert [(r.series_index, r.code) for r in parsed.request.refused_series] == [
+        (0, "invalid_series")
+    ]
+    with pytest.raises(ValidationError, match="time_out_of_range"):
+        IngestMetrics.model_validate({**command, "occurredAt": "1960-01-01T00:00:00Z"})

@@ -352,6 +352,9 @@ class IngestMetrics(Envelope):
     run_id: RunId = Field(description="The run the points belong to.")
     request: WriteMetricsRequest = Field(description="The write, as the HTTP body would be.")
 
+    # occurredAt stands in for the time of receipt: the time of points sent without one.
+    _occurred_at_bounded = field_validator("occurred_at")(_check_time)
+
     @field_validator("request", mode="wrap")
     @classmethod
     def _keep_good_series(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
