@@ -1,22 +1,29 @@
-"""HTTP plumbing shared by every service: the app shell, health, metrics, the error boundary
-and serving with uvicorn (which turns SIGTERM into a graceful shutdown of the lifespan).
+"""HTTP plumbing shared by every service: the app shell, health, metrics, the error boundary,
+the checks every request passes before a handler sees it (body size, control characters) and
+serving with uvicorn (which turns SIGTERM into a graceful shutdown of the lifespan).
 """
 
 import asyncio
+import re
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from datetime import UTC, datetime
 from typing import Any, TypeVar
+from urllib.parse import parse_qsl
 
+import pydantic_core
 import structlog
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 from pydantic import BaseModel, ValidationError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mldiag_platform.errors import InvalidArgument, MldiagError
+from mldiag_platform.errors import InvalidArgument, MldiagError, PayloadTooLarge
 from mldiag_schemas.errors import ErrorBody, ErrorDetail
 
 log = structlog.get_logger(__name__)
@@ -54,19 +61,99 @@ def error_response(
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+"""The largest request body a service reads unless it is built with another limit."""
+
+_ESCAPED_NUL = b"\\u0000"
+"""How a NUL can appear in valid JSON (a raw one is refused by the parser)."""
+
 
 def parse_body(
     model: type[ModelT], raw: bytes, error: type[InvalidArgument] = InvalidArgument
 ) -> ModelT:
-    """Validate a JSON body (whatever its Content-Type) or raise ``error`` with the fields."""
+    """Validate a JSON body (whatever its Content-Type) or raise ``error`` with the fields.
+
+    A string (or key) holding NUL is refused too, naming where: PostgreSQL's text and jsonb
+    cannot store it, and a contract check cannot see it.
+    """
+    if _ESCAPED_NUL in raw:
+        _refuse_nul(raw, error)
     try:
-        return model.model_validate_json(raw or b"{}")
+        parsed = model.model_validate_json(raw or b"{}")
     except ValidationError as exc:
         details = [
             {"field": ".".join(str(part) for part in problem["loc"]), "problem": problem["msg"]}
             for problem in exc.errors()[:20]
         ]
         raise error(f"the {model.__name__} body is not valid", details=details) from None
+    _refuse_unstorable(parsed, error)
+    return parsed
+
+
+def _refuse_nul(raw: bytes, error: type[InvalidArgument]) -> None:
+    """Raise ``error`` naming the first field whose key or value holds NUL."""
+    try:
+        document = pydantic_core.from_json(raw)
+    except ValueError:
+        return  # not JSON (or too deep): the model's validation says so
+    # Iterative, so a deep document cannot exhaust the stack (the parser bounds it anyway).
+    stack: list[tuple[str, Any]] = [("", document)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str) and "\x00" in value:
+            _nul_found(where, error)
+        items: Any = ()
+        if isinstance(value, dict):
+            items = value.items()
+        elif isinstance(value, list):
+            items = enumerate(value)
+        for key, item in items:
+            field = f"{where}.{key}" if where else str(key)
+            if isinstance(key, str) and "\x00" in key:
+                _nul_found(field, error)
+            stack.append((field, item))
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""The range of a PostgreSQL ``bigint``, the widest integer column."""
+
+
+def _refuse_unstorable(model: BaseModel, error: type[InvalidArgument]) -> None:
+    """Raise ``error`` for a field no column can hold: an integer beyond a bigint, or a time
+    with no UTC equivalent (``0001-01-01T00:00:00+14:00``). Only fields of the models are
+    checked (in lists and maps of models too): values inside free-form maps (configs) are
+    stored as JSON, which holds any integer."""
+    stack: list[tuple[str, BaseModel]] = [("", model)]
+    while stack:
+        where, current = stack.pop()
+        for name, field in type(current).model_fields.items():
+            path = f"{where}.{field.alias or name}" if where else field.alias or name
+            value = getattr(current, name)
+            if problem := _unstorable(value):
+                raise error(f"{path} {problem}", details=[{"field": path, "problem": problem}])
+            items: list[tuple[str, Any]] = [(path, value)]
+            if isinstance(value, list | tuple):
+                items = [(f"{path}.{index}", item) for index, item in enumerate(value)]
+            elif isinstance(value, dict):
+                items = [(f"{path}.{key}", item) for key, item in value.items()]
+            stack += [(at, item) for at, item in items if isinstance(item, BaseModel)]
+
+
+def _unstorable(value: object) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not INT64_MIN <= value <= INT64_MAX:
+            return "is out of range (a 64-bit signed integer)"
+    elif isinstance(value, datetime) and value.tzinfo is not None:
+        try:
+            value.astimezone(UTC)
+        except OverflowError:
+            return "is out of range (no UTC time between years 1 and 9999)"
+    return None
+
+
+def _nul_found(field: str, error: type[InvalidArgument]) -> None:
+    problem = "holds a NUL character (U+0000), which cannot be stored"
+    raise error(f"{field or 'the body'} {problem}", details=[{"field": field, "problem": problem}])
 
 
 async def read_body(request: Request, model: type[ModelT]) -> ModelT:
@@ -74,17 +161,147 @@ async def read_body(request: Request, model: type[ModelT]) -> ModelT:
     return parse_body(model, await request.body())
 
 
+def json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` declaring a route's JSON body as ``model``, for handlers that read
+    the body themselves (to pick their own error codes): the document then shows it."""
+    schema = model.model_json_schema(ref_template=_COMPONENT_REF)
+    content = {"application/json": {"schema": schema}}
+    return {"requestBody": {"required": True, "content": content}}
+
+
+_COMPONENT_REF = "#/components/schemas/{model}"
+
+
+def _hoist_definitions(document: dict[str, Any]) -> dict[str, Any]:
+    """Move the ``$defs`` of the bodies :func:`json_body` declared to the components, where
+    their references point."""
+    components = document.setdefault("components", {}).setdefault("schemas", {})
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            content = operation.get("requestBody", {}).get("content", {})
+            for media in content.values():
+                components.update(media.get("schema", {}).pop("$defs", {}))
+    return document
+
+
+_PATH_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+"""No path segment (an id, a metric name) may hold a control character."""
+
+_QUERY_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+"""Query values are ids and filters: tab, CR and LF are whitespace there, nothing else."""
+
+
+class CheckedRequestTarget:
+    """ASGI middleware refusing, with 400 ``invalid_argument``, a path or query parameter
+    that holds a control character, before routing: no id or filter can then carry one to
+    PostgreSQL (NUL), a NATS subject or a log line."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Check the target of an HTTP request, then pass it on."""
+        if scope["type"] == "http":
+            problem = _target_problem(scope)
+            if problem is not None:
+                field, message = problem
+                details = [{"field": field, "problem": message}]
+                response = error_response(400, "invalid_argument", f"{field} {message}", details)
+                await response(scope, receive, send)
+                return
+        await self._app(scope, receive, send)
+
+
+def _target_problem(scope: Scope) -> tuple[str, str] | None:
+    if match := _PATH_CONTROL.search(scope["path"]):
+        return "path", f"holds the control character U+{ord(match.group()):04X}"
+    query = scope.get("query_string", b"").decode("latin-1")
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if match := _QUERY_CONTROL.search(name + value):
+            return f"query.{name!s:.100}", f"holds the control character U+{ord(match.group()):04X}"
+    return None
+
+
+class BodyLimit:
+    """ASGI middleware answering 413 ``payload_too_large`` to a body over ``max_bytes``:
+    at once when its Content-Length says so, else as soon as the bytes read pass the limit
+    (chunked bodies too), so no more than the limit is ever held in memory."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self._app = app
+        self._max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on with a receive that counts its body."""
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        limit = self._max_bytes
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > limit:
+            await _too_large(limit)(scope, receive, send)
+            return
+        received = 0
+        exceeded = started = False
+
+        async def counting_receive() -> Message:
+            nonlocal received, exceeded
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    exceeded = True
+                    raise PayloadTooLarge(f"the request body is over the {limit}-byte limit")
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if exceeded:
+                return  # whatever the app made of the cut body; the 413 below answers
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self._app(scope, counting_receive, guarded_send)
+        except PayloadTooLarge:
+            if not exceeded:
+                raise
+        if exceeded and not started:
+            await _too_large(limit)(scope, receive, send)
+
+
+def _too_large(limit: int) -> Response:
+    message = f"the request body is over the {limit}-byte limit"
+    return error_response(413, PayloadTooLarge.code, message, [{"limit": limit}])
+
+
+_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    "4XX": {"model": ErrorBody, "description": "Refused: `error.code` says why."},
+    "5XX": {"model": ErrorBody, "description": "Failed: see the service log."},
+}
+
+
 def create_http_app(
     service: str,
     lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]] | None,
     checks: dict[str, HealthCheck],
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     """A FastAPI app with ``/healthz``, ``/metrics``, request events and the error boundary.
 
     ``checks`` is read on every ``/healthz`` call, so the lifespan can fill it in once the
-    connections it names are open.
+    connections it names are open. Every request passes :class:`CheckedRequestTarget` and
+    :class:`BodyLimit` (at ``max_body_bytes``) before routing.
     """
-    app = FastAPI(title=f"mldiag {service}", lifespan=lifespan)
+    app = FastAPI(title=f"mldiag {service}", lifespan=lifespan, responses=_ERROR_RESPONSES)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            app.openapi_schema = _hoist_definitions(document)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented override
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> Response:
@@ -113,7 +330,13 @@ def create_http_app(
             {"field": ".".join(str(part) for part in error["loc"]), "problem": error["msg"]}
             for error in exc.errors()
         ]
-        return error_response(400, "invalid_argument", "the request is not valid", details)
+        first = details[0] if details else {"field": "", "problem": ""}
+        message = f"the request is not valid: {first['field']}: {first['problem']}"
+        return error_response(400, "invalid_argument", message, details)
+
+    # Inside the request events (added before them), so their 400s and 413s are counted.
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(CheckedRequestTarget)
 
     @app.middleware("http")
     async def observe(

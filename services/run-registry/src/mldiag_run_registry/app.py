@@ -207,7 +207,7 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             stack.callback(checks.clear)
             yield
 
-    app = create_http_app(SERVICE, lifespan, checks)
+    app = create_http_app(SERVICE, lifespan, checks, settings.max_body_bytes)
     for router in (
         goodput_handlers.router,  # before runs: `{run_id}` would also match `x:goodput`
         live_handlers.router,  # and `x:watch`

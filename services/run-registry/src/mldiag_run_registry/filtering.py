@@ -21,7 +21,7 @@ import enum
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from mldiag_run_registry.errors import InvalidFilter, InvalidOrderBy
 
@@ -290,7 +290,11 @@ def _timestamp(raw: str, position: int) -> datetime:
         raise _fail(position, f"{raw!r} is not an RFC 3339 timestamp") from None
     if value.tzinfo is None:
         raise _fail(position, f"{raw!r} needs a time zone (e.g. Z)")
-    return value
+    try:
+        # In UTC, as the driver sends it: `0001-01-01T00:00:00+14:00` has no UTC time.
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise _fail(position, f"{raw!r} is out of range (years 1 to 9999, in UTC)") from None
 
 
 def field_table(specs: tuple[FieldSpec, ...]) -> dict[str, FieldSpec]:

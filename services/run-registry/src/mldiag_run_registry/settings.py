@@ -5,6 +5,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from mldiag_platform.http import DEFAULT_MAX_BODY_BYTES
 from mldiag_platform.settings import DatabaseSettings, LogSettings, NatsSettings, StorageSettings
 
 
@@ -16,6 +17,12 @@ class RunRegistrySettings(BaseSettings):
     host: str = Field(default="127.0.0.1", description="HTTP bind address.")
     port: int = Field(default=8080, ge=0, le=65535, description="HTTP port (the API).")
     db_schema: str = Field(default="run_registry", description="PostgreSQL schema it owns.")
+    max_body_bytes: int = Field(
+        default=DEFAULT_MAX_BODY_BYTES,
+        gt=0,
+        description="Largest request body read (413 `payload_too_large` past it, also for"
+        " chunked bodies, counted while reading).",
+    )
     metrics_batch_size: int = Field(
         default=200, ge=1, description="Metric messages stored per transaction."
     )

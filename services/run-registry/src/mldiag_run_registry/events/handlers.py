@@ -9,7 +9,7 @@ from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.http import ContractResponse
 from mldiag_run_registry.events.service import EventsService
 from mldiag_run_registry.live.service import LiveFeed
-from mldiag_run_registry.resources import ParentDep, route
+from mldiag_run_registry.resources import ParentDep, RunIdPath, checked_id, id_path, route
 from mldiag_schemas import bus
 from mldiag_schemas.analyses import AnalysisCompleted, ListAnalysesResponse
 from mldiag_schemas.auth import Permission
@@ -29,6 +29,13 @@ ServiceDep = Annotated[EventsService, Depends(_service)]
 FilterQuery = Annotated[str, Query(alias="filter")]
 PageSizeQuery = Annotated[int | None, Query(alias="pageSize")]
 PageTokenQuery = Annotated[str, Query(alias="pageToken")]
+
+
+def _event_id(event_id: Annotated[str, id_path("The event id (a UUID).")]) -> str:
+    return checked_id(event_id, "event_id")
+
+
+EventIdPath = Annotated[str, Depends(_event_id)]
 
 
 @route(router, "GET", "/monitoredEvents", Permission.RUNS_GET)
@@ -51,7 +58,7 @@ async def list_parent_events(
 
 
 async def list_events(
-    run_id: str,
+    run_id: RunIdPath,
     parent: ParentDep,
     service: ServiceDep,
     filter_text: FilterQuery = "",
@@ -81,7 +88,9 @@ for _path in (
 @route(
     router, "GET", "/machineLearningRuns/{run_id}/monitoredEvents/{event_id}", Permission.RUNS_GET
 )
-async def get_event(run_id: str, event_id: str, parent: ParentDep, service: ServiceDep) -> Response:
+async def get_event(
+    run_id: RunIdPath, event_id: EventIdPath, parent: ParentDep, service: ServiceDep
+) -> Response:
     """One event of a run (404 ``event_not_found``)."""
     event = await service.get_event(parent.project, parent.location, run_id, event_id)
     return ContractResponse(event)
@@ -89,7 +98,7 @@ async def get_event(run_id: str, event_id: str, parent: ParentDep, service: Serv
 
 @route(router, "GET", "/machineLearningRuns/{run_id}/analyses", Permission.RUNS_GET)
 async def list_analyses(
-    run_id: str, parent: ParentDep, service: ServiceDep, event: str | None = None
+    run_id: RunIdPath, parent: ParentDep, service: ServiceDep, event: str | None = None
 ) -> Response:
     """The analyses of a run's events (``?event=<id>``: of one event)."""
     analyses = await service.list_analyses(parent.project, parent.location, run_id)

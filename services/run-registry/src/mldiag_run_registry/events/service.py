@@ -20,7 +20,13 @@ from mldiag_run_registry.events.errors import EventNotFound
 from mldiag_run_registry.events.repository import EventsRepository, StoredEvent
 from mldiag_run_registry.filtering import FieldSpec, Kind, field_table, parse_filter
 from mldiag_run_registry.lookup import RunLookup
-from mldiag_run_registry.paging import decode_token, encode_token, page_size
+from mldiag_run_registry.paging import (
+    decode_token,
+    encode_token,
+    page_size,
+    token_text,
+    token_time,
+)
 from mldiag_schemas.analyses import Analysis
 from mldiag_schemas.events import EventState, EventType, ListEventsResponse, Severity, WorkloadEvent
 from mldiag_schemas.ids import run_name
@@ -166,6 +172,7 @@ def _position(token: str, query: str) -> tuple[datetime, uuid.UUID]:
     if fields.get("q") != query or not isinstance(values, list) or len(values) != 2:
         raise InvalidPageToken("the page token is not valid for this run and filter")
     try:
-        return datetime.fromisoformat(str(values[0])), uuid.UUID(str(values[1]))
+        event_id = uuid.UUID(token_text(values[1]))
     except ValueError:
         raise InvalidPageToken("the page token is not valid") from None
+    return token_time(values[0]), event_id

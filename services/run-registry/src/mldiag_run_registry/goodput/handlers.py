@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Request, Response
 
 from mldiag_platform.http import ContractResponse
 from mldiag_run_registry.goodput.service import GoodputService
-from mldiag_run_registry.resources import ParentDep, route
+from mldiag_run_registry.resources import ParentDep, RunIdPath, route
 from mldiag_schemas.auth import Permission
 
 router = APIRouter()
@@ -22,6 +22,6 @@ ServiceDep = Annotated[GoodputService, Depends(_service)]
 
 
 @route(router, "GET", "/machineLearningRuns/{run_id}:goodput", Permission.RUNS_GET)
-async def goodput(run_id: str, parent: ParentDep, service: ServiceDep) -> Response:
+async def goodput(run_id: RunIdPath, parent: ParentDep, service: ServiceDep) -> Response:
     """The run's productive time against its wall time, and the buckets of lost time."""
     return ContractResponse(await service.goodput(parent.project, parent.location, run_id))

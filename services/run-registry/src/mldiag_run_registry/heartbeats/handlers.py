@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.http import ContractResponse
 from mldiag_run_registry.heartbeats.service import HeartbeatsService
-from mldiag_run_registry.resources import ParentDep, route
+from mldiag_run_registry.resources import ParentDep, RunIdPath, route
 from mldiag_schemas import bus
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.telemetry import ListHeartbeatsResponse, RunHeartbeat
@@ -25,7 +25,7 @@ ServiceDep = Annotated[HeartbeatsService, Depends(_service)]
 
 
 @route(router, "GET", "/machineLearningRuns/{run_id}/heartbeats", Permission.RUNS_GET)
-async def list_heartbeats(run_id: str, parent: ParentDep, service: ServiceDep) -> Response:
+async def list_heartbeats(run_id: RunIdPath, parent: ParentDep, service: ServiceDep) -> Response:
     """The latest heartbeat of every process of the run, with whether it is overdue."""
     now = datetime.now(UTC)
     heartbeats = await service.list_heartbeats(parent.project, parent.location, run_id, now)

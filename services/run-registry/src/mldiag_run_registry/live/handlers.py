@@ -16,7 +16,7 @@ from fastapi.responses import StreamingResponse
 
 from mldiag_platform.http import stopping_event
 from mldiag_run_registry.live.service import LiveFeed
-from mldiag_run_registry.resources import ParentDep, route
+from mldiag_run_registry.resources import ParentDep, RunIdPath, route
 from mldiag_run_registry.runs.service import RunService
 from mldiag_schemas.auth import Permission
 
@@ -45,7 +45,7 @@ FeedDep = Annotated[LiveFeed, Depends(_feed)]
 RunsDep = Annotated[RunService, Depends(_runs)]
 
 
-async def _events(request: Request, feed: LiveFeed, run_id: str | None) -> AsyncIterator[str]:
+async def _events(request: Request, feed: LiveFeed, run_id: RunIdPath | None) -> AsyncIterator[str]:
     stopping = stopping_event(request.app)
     with feed.listening(run_id) as listener:
         yield f"retry: {RECONNECT_MILLISECONDS}\n{READY}"
@@ -69,7 +69,7 @@ async def _events(request: Request, feed: LiveFeed, run_id: str | None) -> Async
             stop.cancel()
 
 
-def _stream(request: Request, feed: LiveFeed, run_id: str | None) -> Response:
+def _stream(request: Request, feed: LiveFeed, run_id: RunIdPath | None) -> Response:
     return StreamingResponse(
         _events(request, feed, run_id), media_type="text/event-stream", headers=_HEADERS
     )
@@ -83,7 +83,7 @@ async def watch_runs(request: Request, feed: FeedDep) -> Response:
 
 @route(router, "GET", "/machineLearningRuns/{run_id}:watch", Permission.RUNS_GET)
 async def watch_run(
-    run_id: str, request: Request, parent: ParentDep, feed: FeedDep, runs: RunsDep
+    run_id: RunIdPath, request: Request, parent: ParentDep, feed: FeedDep, runs: RunsDep
 ) -> Response:
     """A stream of every hint about one run (404 for a run that does not exist)."""
     await runs.get_run(parent.project, parent.location, run_id)

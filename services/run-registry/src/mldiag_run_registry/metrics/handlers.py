@@ -8,7 +8,7 @@ from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.http import ContractResponse
 from mldiag_run_registry.live.service import LiveFeed
 from mldiag_run_registry.metrics.service import MetricsService, StepRange
-from mldiag_run_registry.resources import ParentDep, route
+from mldiag_run_registry.resources import ParentDep, RunIdPath, route
 from mldiag_schemas import bus
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.sharing import RunUpdateKind
@@ -30,13 +30,13 @@ WithTimesQuery = Annotated[bool, Query(alias="withTimes")]
 
 
 @route(router, "GET", "/machineLearningRuns/{run_id}/metrics", Permission.RUNS_GET)
-async def list_metrics(run_id: str, parent: ParentDep, service: ServiceDep) -> Response:
+async def list_metrics(run_id: RunIdPath, parent: ParentDep, service: ServiceDep) -> Response:
     """The metrics a run recorded."""
     return ContractResponse(await service.list_metrics(parent.project, parent.location, run_id))
 
 
 @route(router, "GET", "/machineLearningRuns/{run_id}/metrics:latest", Permission.RUNS_GET)
-async def latest_values(run_id: str, parent: ParentDep, service: ServiceDep) -> Response:
+async def latest_values(run_id: RunIdPath, parent: ParentDep, service: ServiceDep) -> Response:
     """The latest value of every series of every metric of a run."""
     return ContractResponse(await service.latest(parent.project, parent.location, run_id))
 
@@ -70,7 +70,7 @@ async def compare_metrics(
 
 @route(router, "GET", "/machineLearningRuns/{run_id}/metrics/{metric:path}", Permission.RUNS_GET)
 async def read_series(
-    run_id: str,
+    run_id: RunIdPath,
     metric: str,
     parent: ParentDep,
     service: ServiceDep,

@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 import structlog
 from prometheus_client import Counter
 
-from mldiag_run_registry.errors import InvalidPageToken
 from mldiag_run_registry.lookup import RunLookup, SummaryWriter
 from mldiag_run_registry.metrics.errors import (
     InvalidBucketCount,
@@ -28,7 +27,12 @@ from mldiag_run_registry.metrics.repository import (
     MetricsRepository,
     SeriesRow,
 )
-from mldiag_run_registry.paging import decode_token, encode_token, page_size
+from mldiag_run_registry.paging import (
+    decode_token,
+    encode_token,
+    page_size,
+    token_int,
+)
 from mldiag_schemas.runs import RunMetricsSummary
 from mldiag_schemas.telemetry import (
     CompareMetricsResponse,
@@ -224,10 +228,11 @@ class MetricsService:
         after = None
         if page_token:
             fields = decode_token(page_token)
-            try:
-                after = (int(fields["s"]), int(fields["i"]), int(fields["t"]))
-            except (KeyError, TypeError, ValueError):
-                raise InvalidPageToken("the page token is not valid") from None
+            after = (
+                token_int(fields.get("s")),
+                token_int(fields.get("i")),
+                token_int(fields.get("t")),
+            )
         series = {
             row.series_id: row for row in await self._repository.list_series([run_id], metric)
         }

@@ -28,7 +28,7 @@ async def get_rules(parent: ParentDep, service: ServiceDep) -> Response:
     return ContractResponse(await service.get_rules(parent.project, parent.location))
 
 
-@route(router, "PATCH", "/monitoringRules", Permission.RUNS_UPDATE)
+@route(router, "PATCH", "/monitoringRules", Permission.RUNS_UPDATE, body=ProjectMonitoringRules)
 async def replace_rules(request: Request, parent: ParentDep, service: ServiceDep) -> Response:
     """Replace the project's overrides (editors and admins); announced on the bus."""
     body = parse_body(ProjectMonitoringRules, await request.body(), InvalidMonitoringRules)

@@ -5,8 +5,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from mldiag_platform.http import ContractResponse, read_body
+from mldiag_run_registry.operations.errors import InvalidOperationId
 from mldiag_run_registry.operations.service import OperationsService, parse_timeout
-from mldiag_run_registry.resources import ParentDep, route
+from mldiag_run_registry.resources import ParentDep, checked_id, id_path, route
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.operations import WaitOperationRequest
 
@@ -21,6 +22,13 @@ def _service(request: Request) -> OperationsService:
 
 
 ServiceDep = Annotated[OperationsService, Depends(_service)]
+
+
+def _operation_id(operation_id: Annotated[str, id_path("The operation id.")]) -> str:
+    return checked_id(operation_id, "operation_id", error=InvalidOperationId)
+
+
+OperationIdPath = Annotated[str, Depends(_operation_id)]
 
 
 @route(router, "GET", "/operations", Permission.OPERATIONS_LIST)
@@ -39,14 +47,22 @@ async def list_operations(
 
 
 @route(router, "GET", "/operations/{operation_id}", Permission.OPERATIONS_GET)
-async def get_operation(operation_id: str, parent: ParentDep, service: ServiceDep) -> Response:
+async def get_operation(
+    operation_id: OperationIdPath, parent: ParentDep, service: ServiceDep
+) -> Response:
     """Get one operation."""
     return ContractResponse(await service.get(parent.project, parent.location, operation_id))
 
 
-@route(router, "POST", "/operations/{operation_id}:wait", Permission.OPERATIONS_GET)
+@route(
+    router,
+    "POST",
+    "/operations/{operation_id}:wait",
+    Permission.OPERATIONS_GET,
+    body=WaitOperationRequest,
+)
 async def wait_operation(
-    operation_id: str, request: Request, parent: ParentDep, service: ServiceDep
+    operation_id: OperationIdPath, request: Request, parent: ParentDep, service: ServiceDep
 ) -> Response:
     """Wait until the operation is done or the timeout (body ``{"timeout": "5s"}``) passes."""
     body = await read_body(request, WaitOperationRequest)
@@ -56,14 +72,18 @@ async def wait_operation(
 
 
 @route(router, "POST", "/operations/{operation_id}:cancel", Permission.OPERATIONS_CANCEL)
-async def cancel_operation(operation_id: str, parent: ParentDep, service: ServiceDep) -> Response:
+async def cancel_operation(
+    operation_id: OperationIdPath, parent: ParentDep, service: ServiceDep
+) -> Response:
     """Cancel a running operation (409 ``operation_already_done`` when it has finished)."""
     await service.cancel(parent.project, parent.location, operation_id)
     return Response(_EMPTY, media_type="application/json")
 
 
 @route(router, "DELETE", "/operations/{operation_id}", Permission.OPERATIONS_DELETE)
-async def delete_operation(operation_id: str, parent: ParentDep, service: ServiceDep) -> Response:
+async def delete_operation(
+    operation_id: OperationIdPath, parent: ParentDep, service: ServiceDep
+) -> Response:
     """Forget an operation."""
     await service.delete(parent.project, parent.location, operation_id)
     return Response(_EMPTY, media_type="application/json")

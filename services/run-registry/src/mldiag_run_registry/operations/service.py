@@ -11,7 +11,6 @@ import asyncio
 import re
 import time
 import uuid
-from datetime import datetime
 
 import structlog
 
@@ -24,7 +23,13 @@ from mldiag_run_registry.operations.errors import (
     OperationNotFound,
 )
 from mldiag_run_registry.operations.repository import OperationsRepository, operation_name
-from mldiag_run_registry.paging import decode_token, encode_token, page_size
+from mldiag_run_registry.paging import (
+    decode_token,
+    encode_token,
+    page_size,
+    token_text,
+    token_time,
+)
 from mldiag_schemas.ids import is_run_id
 from mldiag_schemas.operations import ListOperationsResponse, Operation, OperationVerb
 
@@ -97,12 +102,9 @@ class OperationsService:
         after = None
         if page_token:
             fields = decode_token(page_token)
-            try:
-                after = (datetime.fromisoformat(fields["t"]), str(fields["o"]))
-            except (KeyError, TypeError, ValueError):
-                after = None
-            if after is None or fields.get("f") != filter_text:
+            if fields.get("f") != filter_text:
                 raise InvalidPageToken("the page token is not valid for this query")
+            after = (token_time(fields.get("t")), token_text(fields.get("o")))
         found = await self._repository.list_operations(project, location, where, size + 1, after)
         token = ""
         if len(found) > size:

@@ -2,6 +2,7 @@
 :class:`ProfilesService`) and of ``:capture`` (the :class:`CapturesService`), and the consumers
 of capture requests, session reports and finished captures."""
 
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -10,11 +11,12 @@ from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.http import ContractResponse, read_body
 from mldiag_run_registry.profiles.captures import CapturesService
 from mldiag_run_registry.profiles.service import ProfilesService
-from mldiag_run_registry.resources import ParentDep, route
+from mldiag_run_registry.resources import ParentDep, RunIdPath, checked_id, id_path, route
 from mldiag_schemas import bus
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.profiling import (
+    SESSION_ID_PATTERN,
     CaptureProfileRequest,
     ProfileCaptureFinished,
     ProfileCaptureRequested,
@@ -45,10 +47,28 @@ FilterQuery = Annotated[str, Query(alias="filter")]
 PageSizeQuery = Annotated[int | None, Query(alias="pageSize")]
 PageTokenQuery = Annotated[str, Query(alias="pageToken")]
 
+_SESSION_ID = re.compile(SESSION_ID_PATTERN)
 
-@route(router, "POST", SESSIONS + ":report", Permission.PROFILER_SESSIONS_CREATE)
+
+def _session_id(
+    session_id: Annotated[str, id_path("The session id.", SESSION_ID_PATTERN)],
+) -> str:
+    rule = "letters, digits, '.', '_' and '-', 1 to 128, starting alphanumeric"
+    return checked_id(session_id, "session_id", _SESSION_ID, rule=rule)
+
+
+SessionIdPath = Annotated[str, Depends(_session_id)]
+
+
+@route(
+    router,
+    "POST",
+    SESSIONS + ":report",
+    Permission.PROFILER_SESSIONS_CREATE,
+    body=ProfilerSessionReport,
+)
 async def report_session(
-    run_id: str, request: Request, parent: ParentDep, service: ServiceDep
+    run_id: RunIdPath, request: Request, parent: ParentDep, service: ServiceDep
 ) -> Response:
     """Merge one host's part of a session; answers the session after the merge."""
     body = await read_body(request, ProfilerSessionReport)
@@ -56,9 +76,15 @@ async def report_session(
     return ContractResponse(session)
 
 
-@route(router, "POST", SESSIONS + ":capture", Permission.PROFILER_SESSIONS_CREATE)
+@route(
+    router,
+    "POST",
+    SESSIONS + ":capture",
+    Permission.PROFILER_SESSIONS_CREATE,
+    body=CaptureProfileRequest,
+)
 async def capture(
-    run_id: str, request: Request, parent: ParentDep, captures: CapturesDep
+    run_id: RunIdPath, request: Request, parent: ParentDep, captures: CapturesDep
 ) -> Response:
     """Capture the run's targets; answers the pending capture operation (its target is the
     session), done once the xprof-provisioner has captured."""
@@ -69,7 +95,7 @@ async def capture(
 
 @route(router, "GET", SESSIONS, Permission.PROFILER_SESSIONS_LIST)
 async def list_sessions(
-    run_id: str,
+    run_id: RunIdPath,
     parent: ParentDep,
     service: ServiceDep,
     filter_text: FilterQuery = "",
@@ -90,16 +116,18 @@ async def list_sessions(
 
 @route(router, "GET", SESSIONS + "/{session_id}", Permission.PROFILER_SESSIONS_GET)
 async def get_session(
-    run_id: str, session_id: str, parent: ParentDep, service: ServiceDep
+    run_id: RunIdPath, session_id: SessionIdPath, parent: ParentDep, service: ServiceDep
 ) -> Response:
     """One session (404 ``session_not_found``)."""
     session = await service.get_session(parent.project, parent.location, run_id, session_id)
     return ContractResponse(session)
 
 
-@route(router, "POST", TARGETS, Permission.PROFILER_TARGETS_CREATE)
+@route(
+    router, "POST", TARGETS, Permission.PROFILER_TARGETS_CREATE, body=RegisterProfilerTargetRequest
+)
 async def register_target(
-    run_id: str, request: Request, parent: ParentDep, service: ServiceDep
+    run_id: RunIdPath, request: Request, parent: ParentDep, service: ServiceDep
 ) -> Response:
     """Register a process's profiler server (again after a restart: same host and index)."""
     body = await read_body(request, RegisterProfilerTargetRequest)
@@ -108,7 +136,7 @@ async def register_target(
 
 
 @route(router, "GET", TARGETS, Permission.PROFILER_TARGETS_LIST)
-async def list_targets(run_id: str, parent: ParentDep, service: ServiceDep) -> Response:
+async def list_targets(run_id: RunIdPath, parent: ParentDep, service: ServiceDep) -> Response:
     """The run's profiler targets."""
     targets = await service.list_targets(parent.project, parent.location, run_id)
     return ContractResponse(targets)

@@ -13,11 +13,19 @@ from datetime import UTC, datetime
 
 import structlog
 
+from mldiag_platform.errors import InvalidArgument
 from mldiag_platform.outbox import Flusher
 from mldiag_run_registry.errors import InvalidPageToken
 from mldiag_run_registry.filtering import FieldSpec, Kind, field_table, parse_filter
 from mldiag_run_registry.lookup import RunFinder, RunLookup
-from mldiag_run_registry.paging import decode_token, encode_token, page_size
+from mldiag_run_registry.paging import (
+    INT32_MAX,
+    decode_token,
+    encode_token,
+    page_size,
+    token_text,
+    token_time,
+)
 from mldiag_run_registry.profiles.errors import SessionNotFound, TimestampInFuture
 from mldiag_run_registry.profiles.merge import SessionState, merge_report
 from mldiag_run_registry.profiles.repository import ProfilesRepository, SessionWrite
@@ -230,6 +238,12 @@ class ProfilesService:
         self, project: str, location: str, run_id: str, request: RegisterProfilerTargetRequest
     ) -> ProfilerTarget:
         """Register (or re-register, after a restart) a process's profiler server."""
+        for field, value in (("processIndex", request.process_index), ("pid", request.pid)):
+            if value > INT32_MAX:  # both are `integer` columns
+                raise InvalidArgument(
+                    f"{field} must be at most {INT32_MAX}, got {value}",
+                    details=[{"field": field, "problem": "out of range"}],
+                )
         await self._runs.get_run(project, location, run_id)
         target = await self._repository.upsert_target(
             project,
@@ -263,7 +277,4 @@ def _position(token: str, query: str) -> tuple[datetime, str]:
     values = fields.get("k")
     if fields.get("q") != query or not isinstance(values, list) or len(values) != 2:
         raise InvalidPageToken("the page token is not valid for this run and filter")
-    try:
-        return datetime.fromisoformat(str(values[0])), str(values[1])
-    except ValueError:
-        raise InvalidPageToken("the page token is not valid") from None
+    return token_time(values[0]), token_text(values[1])

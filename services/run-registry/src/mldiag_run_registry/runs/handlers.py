@@ -5,16 +5,16 @@ Query parameters are accepted in camelCase (``updateMask``, ``allowMissing``) an
 snake_case the official SDK sends (``update_mask``, ``allow_missing``).
 """
 
-import json
 from typing import Annotated, TypeVar
 
+import pydantic_core
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.errors import InvalidArgument
 from mldiag_platform.http import ContractResponse, parse_body
 from mldiag_run_registry.monitoring.errors import InvalidMonitoringRules
-from mldiag_run_registry.resources import ParentDep, route
+from mldiag_run_registry.resources import ParentDep, RunIdPath, route
 from mldiag_run_registry.runs.service import RunService
 from mldiag_schemas import bus
 from mldiag_schemas.auth import Permission
@@ -67,13 +67,14 @@ def _run_body(model: type[ModelT], raw: bytes) -> ModelT:
 def _is_self_hosted(raw: bytes) -> bool:
     """The official SDK's bodies carry a ``workload`` object (ours: ``workloadDetails``)."""
     try:
-        data = json.loads(raw or b"{}")
+        # jiter bounds nesting (json.loads would hit RecursionError on a deep body)
+        data = pydantic_core.from_json(raw or b"{}")
     except ValueError:
         return False
     return isinstance(data, dict) and "workload" in data
 
 
-@route(router, "POST", "/machineLearningRuns", Permission.RUNS_CREATE)
+@route(router, "POST", "/machineLearningRuns", Permission.RUNS_CREATE, body=CreateRunRequest)
 async def create_run(request: Request, parent: ParentDep, service: ServiceDep) -> Response:
     """Create a run; answers the done create operation (its ``response`` is the run)."""
     body = _run_body(CreateRunRequest, await request.body())
@@ -97,13 +98,13 @@ async def list_runs(
 
 
 @route(router, "GET", "/machineLearningRuns/{run_id}", Permission.RUNS_GET)
-async def get_run(run_id: str, parent: ParentDep, service: ServiceDep) -> Response:
+async def get_run(run_id: RunIdPath, parent: ParentDep, service: ServiceDep) -> Response:
     """Get one run."""
     return ContractResponse(await service.get_run(parent.project, parent.location, run_id))
 
 
 @route(router, "GET", "/machineLearningRuns/{run_id}/configs", Permission.RUNS_GET)
-async def flat_configs(run_id: str, parent: ParentDep, service: ServiceDep) -> Response:
+async def flat_configs(run_id: RunIdPath, parent: ParentDep, service: ServiceDep) -> Response:
     """The run's configs flattened to dotted keys (``userConfigs`` / ``optimizer.lr``)."""
     flat = await service.flat_configs(parent.project, parent.location, run_id)
     return ContractResponse(flat)
@@ -124,7 +125,7 @@ async def diff_configs(
     return ContractResponse(result)
 
 
-@route(router, "PATCH", "/machineLearningRuns", Permission.RUNS_CREATE)
+@route(router, "PATCH", "/machineLearningRuns", Permission.RUNS_CREATE, body=SelfHostedRunRequest)
 async def upsert_self_hosted(request: Request, parent: ParentDep, service: ServiceDep) -> Response:
     """The official SDK's create: upsert on ``logicalId``; answers the run as it reads it."""
     body = parse_body(SelfHostedRunRequest, await request.body())
@@ -135,9 +136,15 @@ async def upsert_self_hosted(request: Request, parent: ParentDep, service: Servi
     return ContractResponse(run)
 
 
-@route(router, "PATCH", "/machineLearningRuns/{run_id}", Permission.RUNS_UPDATE)
+@route(
+    router,
+    "PATCH",
+    "/machineLearningRuns/{run_id}",
+    Permission.RUNS_UPDATE,
+    body=UpdateRunRequest,
+)
 async def update_run(
-    run_id: str, request: Request, parent: ParentDep, service: ServiceDep
+    run_id: RunIdPath, request: Request, parent: ParentDep, service: ServiceDep
 ) -> Response:
     """Update a run (``updateMask``, etag required; ``allowMissing=true`` creates it).
 
@@ -164,7 +171,7 @@ async def update_run(
 
 @route(router, "DELETE", "/machineLearningRuns/{run_id}", Permission.RUNS_DELETE)
 async def delete_run(
-    run_id: str,
+    run_id: RunIdPath,
     parent: ParentDep,
     service: ServiceDep,
     etag: Annotated[str, Query()] = "",

@@ -33,7 +33,13 @@ from mldiag_run_registry.filtering import (
 )
 from mldiag_run_registry.monitoring.service import check_rules
 from mldiag_run_registry.operations.service import new_operation_id
-from mldiag_run_registry.paging import decode_token, encode_token, page_size
+from mldiag_run_registry.paging import (
+    decode_token,
+    encode_token,
+    page_size,
+    token_text,
+    token_time,
+)
 from mldiag_run_registry.runs import configs
 from mldiag_run_registry.runs.errors import (
     EtagMismatch,
@@ -347,13 +353,10 @@ class RunService:
         values = fields.get("k")
         if fields.get("q") != query or not isinstance(values, list) or len(values) != len(order):
             raise InvalidPageToken("the page token is not valid for this filter and orderBy")
-        try:
-            return [
-                datetime.fromisoformat(value) if key.field in _TIMESTAMP_FIELDS else str(value)
-                for key, value in zip(order, values, strict=True)
-            ]
-        except (TypeError, ValueError):
-            raise InvalidPageToken("the page token is not valid") from None
+        return [
+            token_time(value) if key.field in _TIMESTAMP_FIELDS else token_text(value)
+            for key, value in zip(order, values, strict=True)
+        ]
 
     # --- update ---------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from mldiag_platform.auth import Principal, authenticated
 from mldiag_platform.http import ContractResponse, read_body
-from mldiag_run_registry.resources import ParentDep, route
+from mldiag_run_registry.resources import ParentDep, checked_id, id_path, route
 from mldiag_run_registry.shares.service import ShareLinksService
 from mldiag_schemas.auth import SHARED_ROLE, Caller, Permission
 from mldiag_schemas.sharing import CreateShareLinkRequest
@@ -23,6 +23,13 @@ def _service(request: Request) -> ShareLinksService:
 
 ServiceDep = Annotated[ShareLinksService, Depends(_service)]
 CallerDep = Annotated[Principal, authenticated()]
+
+
+def _link_id(link_id: Annotated[str, id_path("The share link id.")]) -> str:
+    return checked_id(link_id, "link_id")
+
+
+LinkIdPath = Annotated[str, Depends(_link_id)]
 
 
 def _public_url(request: Request) -> str:
@@ -44,7 +51,7 @@ async def describe_caller(caller: CallerDep, service: ServiceDep) -> Response:
     )
 
 
-@route(router, "POST", "/shareLinks", Permission.SHARE_LINKS_CREATE)
+@route(router, "POST", "/shareLinks", Permission.SHARE_LINKS_CREATE, body=CreateShareLinkRequest)
 async def create_share_link(
     request: Request, parent: ParentDep, caller: CallerDep, service: ServiceDep
 ) -> Response:
@@ -65,6 +72,8 @@ async def list_share_links(
 
 
 @route(router, "DELETE", "/shareLinks/{link_id}", Permission.SHARE_LINKS_DELETE)
-async def revoke_share_link(link_id: str, parent: ParentDep, service: ServiceDep) -> Response:
+async def revoke_share_link(
+    link_id: LinkIdPath, parent: ParentDep, service: ServiceDep
+) -> Response:
     """Revoke a link: it stops opening its resource at once."""
     return ContractResponse(await service.revoke(parent.project, parent.location, link_id))

@@ -5,7 +5,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response
 
 from mldiag_platform.auth import requires
-from mldiag_platform.http import ContractResponse, read_body
+from mldiag_platform.http import ContractResponse, json_body, read_body
+from mldiag_run_registry.resources import checked_id, id_path
 from mldiag_run_registry.tokens.service import TokenService
 from mldiag_schemas.auth import CreateTokenRequest, Permission
 
@@ -22,7 +23,18 @@ def _service(request: Request) -> TokenService:
 ServiceDep = Annotated[TokenService, Depends(_service)]
 
 
-@router.post(TOKENS_PATH, dependencies=[requires(Permission.TOKENS_CREATE)])
+def _token_id(token_id: Annotated[str, id_path("The token id.")]) -> str:
+    return checked_id(token_id, "token_id")
+
+
+TokenIdPath = Annotated[str, Depends(_token_id)]
+
+
+@router.post(
+    TOKENS_PATH,
+    dependencies=[requires(Permission.TOKENS_CREATE)],
+    openapi_extra=json_body(CreateTokenRequest),
+)
 async def create_token(request: Request, service: ServiceDep) -> Response:
     """Create a token; the answer carries its secret, which is never shown again."""
     body = await read_body(request, CreateTokenRequest)
@@ -36,6 +48,6 @@ async def list_tokens(service: ServiceDep) -> Response:
 
 
 @router.delete(TOKENS_PATH + "/{token_id}", dependencies=[requires(Permission.TOKENS_DELETE)])
-async def revoke_token(token_id: str, service: ServiceDep) -> Response:
+async def revoke_token(token_id: TokenIdPath, service: ServiceDep) -> Response:
     """Revoke a token: every service refuses it from now on."""
     return ContractResponse(await service.revoke(token_id))

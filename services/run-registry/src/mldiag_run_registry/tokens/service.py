@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 import structlog
 
 from mldiag_platform.auth import TokenDirectory, new_secret, secret_hash
+from mldiag_platform.errors import InvalidArgument
 from mldiag_run_registry.tokens.errors import TokenNotFound
 from mldiag_run_registry.tokens.repository import TokenRepository, TokenRow
 from mldiag_schemas.auth import (
@@ -30,6 +31,10 @@ BOOTSTRAP_TOKEN_ID = "bootstrap"  # noqa: S105  # an id, not a secret
 """The admin token an operator configures (``mldiag up`` writes one into MLDIAG_HOME)."""
 
 _PREFIX_SHOWN = 12
+
+MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
+"""A century: longer is "never" (leave ``ttlSeconds`` out), and an expiry past year 9999
+cannot be stored."""
 
 
 def _state(row: TokenRow, now: datetime) -> TokenState:
@@ -98,6 +103,12 @@ class TokenService:
 
     async def create(self, request: CreateTokenRequest) -> CreatedToken:
         """A new token; the answer is the only place its secret ever appears."""
+        ttl = request.ttl_seconds
+        if ttl is not None and ttl > MAX_TTL_SECONDS:
+            raise InvalidArgument(
+                f"ttlSeconds must be at most {MAX_TTL_SECONDS} (a century); omit it for never",
+                details=[{"field": "ttlSeconds", "problem": "out of range"}],
+            )
         now = datetime.now(UTC)
         secret = new_secret()
         expire = now + timedelta(seconds=request.ttl_seconds) if request.ttl_seconds else None
