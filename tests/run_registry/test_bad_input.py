@@ -260,3 +260,17 @@ async def test_bodies_over_the_limit_get_413_while_reading(
         assert sent <= 2 * limit  # reading stopped at the limit
         within = await api.post(RUNS, json={"displayName": "small"})
         assert within.status_code == 200, within.text
+
+
+async def test_a_shared_resource_name_follows_the_id_grammar(
+    api: httpx.AsyncClient, known_run: str
+) -> None:
+    for resource in (
+        f"projects/a..b/locations/local/machineLearningRuns/{known_run}",
+        f"projects/default/locations/Local/machineLearningRuns/{known_run}",
+        "machineLearningRuns/Known-Run",
+    ):
+        response = await api.post("/v1/shareLinks", json={"resource": resource})
+        _refused(response, 400, "invalid_share_resource")
+    shared = await api.post("/v1/shareLinks", json={"resource": f"machineLearningRuns/{known_run}"})
+    assert shared.status_code == 200, shared.text

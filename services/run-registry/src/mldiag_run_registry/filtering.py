@@ -239,7 +239,7 @@ class _Parser:
             spec = self._fields.get(head)
             if spec is None or spec.kind is not Kind.MAP:
                 spec = None
-            elif not _LABEL_KEY.match(key):
+            elif not _LABEL_KEY.fullmatch(key):
                 raise _fail(token.position + len(head) + 1, f"invalid key {key!r}")
         if spec is None:
             known = ", ".join(sorted({s.name for s in self._fields.values()}))
@@ -258,7 +258,7 @@ class _Parser:
         raw = token.text
         if spec.kind is Kind.MAP and key is None:
             # "labels:KEY" tests that the key is set.
-            if op.text != ":" or not _LABEL_KEY.match(raw):
+            if op.text != ":" or not _LABEL_KEY.fullmatch(raw):
                 raise _fail(op.position, f"use {spec.name}:KEY or {spec.name}.KEY = VALUE")
             return Comparison(spec.name, ":", None, key=raw, position=position)
         if op.text == ":" and raw == "*" and token.kind == "word":

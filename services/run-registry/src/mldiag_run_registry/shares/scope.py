@@ -13,7 +13,12 @@ from fastapi import Request
 from mldiag_run_registry.resources import PARENT_PREFIXES
 from mldiag_run_registry.shares.errors import InvalidShareResource, OutsideShareScope
 from mldiag_schemas.auth import Permission
-from mldiag_schemas.ids import DEFAULT_LOCATION, DEFAULT_PROJECT, RUN_ID_PATTERN
+from mldiag_schemas.ids import (
+    DEFAULT_LOCATION,
+    DEFAULT_PROJECT,
+    RESOURCE_ID_PATTERN,
+    RUN_ID_PATTERN,
+)
 from mldiag_schemas.profiling import SESSION_ID_PATTERN
 from mldiag_schemas.sharing import ShareScopeKind
 
@@ -28,6 +33,7 @@ _NAME = re.compile(
     r"(?:/monitoredEvents/(?P<event>[^/]+)|/profilerSessions/(?P<session>[^/]+))?$"
 )
 _RUN_ID = re.compile(RUN_ID_PATTERN)
+_RESOURCE_ID = re.compile(RESOURCE_ID_PATTERN)
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
 
 _RUN = "/machineLearningRuns/{run_id}"
@@ -73,8 +79,12 @@ def parse_resource(text: str, project: str, location: str) -> SharedResource:
         )
     if match["project"] is not None:
         project, location = match["project"], match["location"]
+        for part, value in (("project", project), ("location", location)):
+            if not _RESOURCE_ID.fullmatch(value):
+                raise InvalidShareResource(f"{value!r} is not a {part} id")
     run_id, event, session = match["run"], match["event"], match["session"]
-    if not _RUN_ID.match(run_id):
+    # fullmatch: the patterns end in `$`, which `match` lets pass before a final newline
+    if not _RUN_ID.fullmatch(run_id):
         raise InvalidShareResource(f"{run_id!r} is not a run id")
     if event is not None:
         try:
@@ -83,7 +93,7 @@ def parse_resource(text: str, project: str, location: str) -> SharedResource:
             raise InvalidShareResource(f"{event!r} is not an event id (a UUID)") from None
         return SharedResource(project, location, ShareScopeKind.EVENT, run_id, event_id=event_id)
     if session is not None:
-        if not _SESSION_ID.match(session):
+        if not _SESSION_ID.fullmatch(session):
             raise InvalidShareResource(f"{session!r} is not a profiler session id")
         return SharedResource(
             project, location, ShareScopeKind.PROFILER_SESSION, run_id, session_id=session
