@@ -23,9 +23,10 @@ seconds, stops, and the books are read from the registry's tables once they bala
   faulty part is back (the service answers ``/healthz``, the node has caught up);
 - retried: requests that got no 202 at once.
 
-Faults: kill -9 of each service (every replica), then start it again; kill -9 of the NATS
-node leading the telemetry stream, back 3 s later; PostgreSQL stopped (every connection
-cut) and started 2 s later; every NATS node killed for ``--outage-seconds`` (default 60).
+Faults: kill -9 of each service (its only process, or one of its replicas), started again
+1 s later; kill -9 of the NATS node leading the telemetry stream, back 3 s later;
+PostgreSQL stopped (every connection cut) and started 2 s later; every NATS node killed
+for ``--outage-seconds`` (default 60).
 """
 
 import argparse
@@ -61,14 +62,14 @@ from mldiag.local.postgres import EmbeddedPostgres
 from support import world_readable_tempdir
 
 HEADER = (
-    f"{'fault':<27}{'sent':>8}{'stored':>8}{'dup':>5}{'ev exp':>7}{'opened':>7}"
+    f"{'fault':<34}{'sent':>8}{'stored':>8}{'dup':>5}{'ev exp':>7}{'opened':>7}"
     f"{'doubled':>8}{'spurious':>9}{'write s':>9}{'healthy s':>10}{'retried':>8}"
 )
 
 
 def _row(outcome: Outcome) -> str:
     return (
-        f"{outcome.fault:<27}{outcome.sent:>8,}{outcome.stored:>8,}{outcome.duplicated:>5}"
+        f"{outcome.fault:<34}{outcome.sent:>8,}{outcome.stored:>8,}{outcome.duplicated:>5}"
         f"{outcome.events_expected:>7}{outcome.events_opened:>7}{outcome.events_doubled:>8}"
         f"{outcome.spurious_events:>9}{outcome.write_recovered_s:>9.1f}"
         f"{outcome.healthy_s:>10.1f}{outcome.ingest_failures:>8}"
@@ -109,8 +110,11 @@ async def main() -> None:
             f"# 3 NATS nodes, R3 streams; {args.replicas} replica(s) of every service;"
             f" {args.runs} runs written to per fault"
         )
+        # With replicas, one is killed and the others carry on; without, the service is gone.
+        killed = f" (1 of {args.replicas})" if args.replicas > 1 else ""
         faults: list[tuple[str, Fault]] = [
-            (f"kill -9 {service}", kill_service(platform, service)) for service in SERVICE_NAMES
+            (f"kill -9 {service}{killed}", kill_service(platform, service, count=1))
+            for service in SERVICE_NAMES
         ]
         faults += [
             ("NATS node loss", kill_nats_node(platform, cluster)),

@@ -190,16 +190,6 @@ class Platform:
                     raise RuntimeError(f"{name} not healthy in {timeout}s:\n{replica.tail()}")
                 await asyncio.sleep(0.1)
 
-    def kill(self, service: str) -> None:
-        """SIGKILL every replica of ``service`` at once: the service is gone."""
-        for replica in self.replicas_of(service):
-            replica.kill()
-
-    def restart(self, service: str) -> None:
-        """Start every replica of ``service`` again."""
-        for replica in self.replicas_of(service):
-            replica.start()
-
     def stop(self) -> None:
         """Stop every process."""
         for replicas in self.services.values():
@@ -506,13 +496,19 @@ async def _settled(database_url: str, load: Load, timeout: float) -> Books:
     return await read_books(database_url, load.run_ids)
 
 
-def kill_service(platform: Platform, service: str, down: float = 1.0) -> Fault:
-    """SIGKILL every replica of ``service``; start them ``down`` seconds later."""
+def kill_service(
+    platform: Platform, service: str, count: int | None = None, down: float = 1.0
+) -> Fault:
+    """SIGKILL ``count`` replicas of ``service`` at once (all of them by default: the
+    service is gone); start them again ``down`` seconds later."""
+    victims = platform.replicas_of(service)[:count]
 
     async def fault() -> None:
-        platform.kill(service)
+        for replica in victims:
+            replica.kill()
         await asyncio.sleep(down)
-        platform.restart(service)
+        for replica in victims:
+            replica.start()
         await platform.wait_healthy(service)
 
     return fault
