@@ -274,3 +274,16 @@ async def test_a_shared_resource_name_follows_the_id_grammar(
         _refused(response, 400, "invalid_share_resource")
     shared = await api.post("/v1/shareLinks", json={"resource": f"machineLearningRuns/{known_run}"})
     assert shared.status_code == 200, shared.text
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [b"Bearer mldiag_share_abc.\xe9", b"Basic \xe9\xe9", b"Basic w6k=", b"Bearer \xe9"],
+)
+async def test_non_ascii_credentials_are_a_401(
+    registry_settings_with: RegistrySettings, authorization: bytes
+) -> None:
+    # Reproduction: hmac.compare_digest and base64 raised on non-ASCII text (a 500).
+    async with serving(create_app(registry_settings_with())) as anonymous:
+        response = await anonymous.get("/v1/caller", headers={"Authorization": authorization})
+        assert response.status_code == 401, response.text

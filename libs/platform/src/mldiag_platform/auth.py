@@ -10,7 +10,6 @@ registry is down, and a revocation reaches every replica within milliseconds.
 
 import asyncio
 import base64
-import binascii
 import hashlib
 import secrets
 from collections.abc import AsyncIterator
@@ -63,7 +62,7 @@ def secret_from_authorization(header: str | None) -> str | None:
     if scheme.lower() == "basic":
         try:
             user, _, password = base64.b64decode(value, validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
+        except ValueError:  # not base64 (binascii.Error), not ASCII, not UTF-8 inside
             raise Unauthenticated("the Basic credentials are not valid base64") from None
         return password or user or None
     raise Unauthenticated(f"unsupported Authorization scheme {scheme!r}: use Bearer or Basic")

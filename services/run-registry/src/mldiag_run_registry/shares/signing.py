@@ -62,7 +62,9 @@ def verify(key: bytes, token: str) -> SignedClaims:
     Expiry is the caller's to check, so an expired link can be told apart from a forged one.
     """
     payload, dot, signature = token.removeprefix(SHARE_TOKEN_PREFIX).partition(".")
-    if not dot or not hmac.compare_digest(signature, _signature(key, payload)):
+    # As bytes: compare_digest refuses str with non-ASCII characters (a TypeError, a 500).
+    expected = _signature(key, payload).encode()
+    if not dot or not hmac.compare_digest(signature.encode(), expected):
         raise ShareLinkInvalid("the share link is not valid (altered, truncated or forged)")
     try:
         body = json.loads(_decode(payload))
