@@ -8,6 +8,7 @@ database instead of stopping at a 404. Calls carry an admin token, so writes go 
 Failures are collected across operations, so one run names every 500 at once.
 """
 
+import os
 from collections import Counter
 
 import pytest
@@ -23,9 +24,9 @@ from mldiag_schemas.auth import Role
 from run_registry.helpers import RegistrySettings
 from support import served_in_thread
 
-EXAMPLES = 25
-"""Cases per operation: 78 operations x 25 keep the file near a minute on 2 CPUs (80
-found nothing more in a longer run)."""
+EXAMPLES = int(os.environ.get("MLDIAG_FUZZ_EXAMPLES", "50"))
+"""Cases per operation: 78 operations x 50 keep the file under a minute on 2 CPUs; set
+``MLDIAG_FUZZ_EXAMPLES`` higher for a longer hunt."""
 
 RUN_ID = "fuzz-target"
 """A run created before fuzzing, so that run-scoped operations get past the lookup."""
