@@ -116,6 +116,10 @@ def _limited_app() -> FastAPI:
     async def echo(request: Request) -> Response:
         return Response(str(len(await request.body())))
 
+    @app.post("/either", openapi_extra=json_body(_Inner, _Body))
+    async def either(request: Request) -> Response:
+        return Response(await request.body())
+
     @app.post("/declared")
     async def declared(body: _Body) -> Response:  # FastAPI reads and parses this one
         return Response(body.name)
@@ -249,3 +253,5 @@ def test_the_openapi_document_declares_bodies_and_the_error_body() -> None:
     error = echo["responses"]["4XX"]["content"]["application/json"]["schema"]
     assert error == {"$ref": "#/components/schemas/ErrorBody"}
     assert "422" not in document["paths"]["/items/{item}"]["get"]["responses"]
+    either = document["paths"]["/either"]["post"]["requestBody"]["content"]["application/json"]
+    assert [one["title"] for one in either["schema"]["anyOf"]] == ["_Inner", "_Body"]

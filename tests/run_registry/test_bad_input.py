@@ -287,3 +287,29 @@ async def test_non_ascii_credentials_are_a_401(
     async with serving(create_app(registry_settings_with())) as anonymous:
         response = await anonymous.get("/v1/caller", headers={"Authorization": authorization})
         assert response.status_code == 401, response.text
+
+
+async def test_an_sdk_upsert_on_a_gke_run_leaves_it_readable(api: httpx.AsyncClient) -> None:
+    # Reproduction (found by the fuzzer): the upsert added a custom workload next to the
+    # run's GKE one; the stored run then failed validation on every read (500s, for good).
+    gke = {"gke": {"id": "job-1", "kind": "JobSet", "cluster": "c1"}}
+    created = await api.post(
+        RUNS,
+        json={
+            "runId": "gke-run",
+            "displayName": "x",
+            "logicalId": "gke-run",
+            "workloadDetails": gke,
+        },
+    )
+    assert created.status_code == 200, created.text
+    upsert = await api.patch(
+        RUNS,
+        params={"allowMissing": "true"},
+        json={"logicalId": "gke-run", "workload": {"workloadId": "w-2", "displayName": "renamed"}},
+    )
+    assert upsert.status_code == 200, upsert.text
+    read = await api.get(f"{RUNS}/gke-run")
+    assert read.status_code == 200, read.text
+    assert read.json()["workloadDetails"]["gke"]["id"] == "job-1"
+    assert read.json()["workloadId"] == "w-2"

@@ -161,10 +161,17 @@ async def read_body(request: Request, model: type[ModelT]) -> ModelT:
     return parse_body(model, await request.body())
 
 
-def json_body(model: type[BaseModel]) -> dict[str, Any]:
-    """``openapi_extra`` declaring a route's JSON body as ``model``, for handlers that read
-    the body themselves (to pick their own error codes): the document then shows it."""
-    schema = model.model_json_schema(ref_template=_COMPONENT_REF)
+def json_body(model: type[BaseModel], *alternatives: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` declaring a route's JSON body as ``model`` (or any of
+    ``alternatives``), for handlers that read the body themselves (to pick their own error
+    codes): the document then shows it."""
+    schemas = [m.model_json_schema(ref_template=_COMPONENT_REF) for m in (model, *alternatives)]
+    definitions: dict[str, Any] = {}
+    for one in schemas:
+        definitions.update(one.pop("$defs", {}))
+    schema: dict[str, Any] = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+    if definitions:
+        schema["$defs"] = definitions
     content = {"application/json": {"schema": schema}}
     return {"requestBody": {"required": True, "content": content}}
 

@@ -94,11 +94,13 @@ def route(
     path: str,
     permission: Permission,
     status_code: int = 200,
-    body: type[BaseModel] | None = None,
+    body: type[BaseModel] | tuple[type[BaseModel], ...] = (),
 ) -> Callable[[Any], Any]:
     """Register a handler on ``router`` under both the full and the short parent, open only
-    to callers whose role grants ``permission``; ``body`` documents the JSON body it reads.
+    to callers whose role grants ``permission``; ``body`` documents the JSON body it reads
+    (a tuple: any of them).
     """
+    bodies = body if isinstance(body, tuple) else (body,)
 
     def register(func: Any) -> Any:
         for prefix in PARENT_PREFIXES:
@@ -111,7 +113,7 @@ def route(
                 methods=[method],
                 status_code=status_code,
                 dependencies=dependencies,
-                openapi_extra=json_body(body) if body is not None else None,
+                openapi_extra=json_body(*bodies) if bodies else None,
             )
         return func
 

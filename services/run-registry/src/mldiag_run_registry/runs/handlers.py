@@ -141,7 +141,7 @@ async def upsert_self_hosted(request: Request, parent: ParentDep, service: Servi
     "PATCH",
     "/machineLearningRuns/{run_id}",
     Permission.RUNS_UPDATE,
-    body=UpdateRunRequest,
+    body=(UpdateRunRequest, SelfHostedRunRequest),
 )
 async def update_run(
     run_id: RunIdPath, request: Request, parent: ParentDep, service: ServiceDep

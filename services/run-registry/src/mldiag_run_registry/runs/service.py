@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
+from pydantic import ValidationError
 from pydantic.alias_generators import to_camel, to_snake
 
 from mldiag_platform.errors import InvalidArgument, Unavailable
@@ -433,7 +434,7 @@ class RunService:
                 changes["end_time"] = None
                 changes["error_details"] = None
         changes.update(etag=_new_etag(), update_time=now)
-        updated = run.model_copy(update=changes)
+        updated = _valid(run.model_copy(update=changes))
         operation = _operation(OperationVerb.UPDATE, updated, now, project, location)
         mask = [".".join(to_camel(part) for part in path.split(".")) for path in paths]
         announce: list[Envelope] = [RunUpdated(occurred_at=now, run=updated, update_mask=mask)]
@@ -629,7 +630,11 @@ class RunService:
             changes["artifacts"] = self._artifacts(Artifacts(gcs_path=body.base_blob_path))
         if workload.workload_id is not None:
             changes["workload_id"] = workload.workload_id
-        if workload.workload_id is not None or workload.display_name is not None:
+        details = run.workload_details
+        # A GKE or Slurm run keeps its kind (a run has at most one): the SDK's workload id
+        # still lands in `workload_id` above.
+        renamed = workload.workload_id is not None or workload.display_name is not None
+        if renamed and details.gke is None and details.slurm is None:
             custom = run.workload_details.custom or CustomWorkload()
             changes["workload_details"] = run.workload_details.model_copy(
                 update={
@@ -679,6 +684,20 @@ class RunService:
         paths = list(changes)
         operation = await self._replace(project, location, run, changes, paths)
         return self_hosted_view(_run_of(operation))
+
+
+def _valid(run: Run) -> Run:
+    """``run`` checked as a whole: ``model_copy`` checks nothing, and a run stored invalid
+    would fail every later read. A combination of changes no run can hold is the caller's
+    mistake (a 400), never a row that cannot be read back."""
+    try:
+        return Run.model_validate(run.model_dump())
+    except ValidationError as error:
+        details = [
+            {"field": ".".join(str(part) for part in problem["loc"]), "problem": problem["msg"]}
+            for problem in error.errors()[:20]
+        ]
+        raise InvalidArgument("the update would leave the run invalid", details=details) from None
 
 
 def _run_of(operation: Operation) -> Run:
