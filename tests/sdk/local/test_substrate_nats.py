@@ -33,6 +33,7 @@ from mldiag_platform.auth import (
     secret_hash,
 )
 from mldiag_platform.bus import ConsumerSpec, connect_bus
+from mldiag_platform.errors import Unavailable
 from mldiag_platform.settings import NatsSettings
 from mldiag_run_registry.events import handlers as registry_events
 from mldiag_run_registry.heartbeats import handlers as registry_heartbeats
@@ -306,7 +307,7 @@ async def test_each_service_does_its_work_with_its_own_user(
         await operator.flush()
 
         async def heard_all() -> bool:
-            return len(heard) == len(user.listens)
+            return len(heard) >= len(user.listens)  # its own earlier publishes may arrive too
 
         await _wait(heard_all, f"{service} hears what it listens to")
         await client_bus.stop_consumers()
@@ -315,11 +316,12 @@ async def test_each_service_does_its_work_with_its_own_user(
 
 async def test_a_service_cannot_publish_another_ones_subjects(server: Server) -> None:
     async with connect_bus(settings_of(server, "ingestion"), "test-ingestion") as client_bus:
-        with pytest.raises(Exception) as refused:  # a timeout, whatever its class
+        # The server drops the publish: no stream acks it, and the wait for that times out.
+        with pytest.raises(Unavailable) as refused:
             await client_bus.publisher.publish_raw(
                 NAMESPACE.subject(bus.RUN_DELETED, "run-1"), b"{}", "forged-delete"
             )
-    assert "timeout" in type(refused.value).__name__.lower()
+    assert isinstance(refused.value.__cause__, TimeoutError)
 
 
 async def test_no_one_reads_another_users_replies(server: Server) -> None:

@@ -31,12 +31,13 @@ from faststream.nats import NatsBroker
 from faststream.nats.security import NatsUserPassword
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
 from prometheus_client import Counter, Gauge, Histogram
 
-from mldiag_platform.errors import InvalidArgument, MldiagError
+from mldiag_platform.errors import InvalidArgument, MldiagError, Unavailable
 from mldiag_platform.settings import NatsSettings
 from mldiag_platform.substrate import inbox_prefix
 from mldiag_schemas.base import Contract
@@ -90,6 +91,9 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 LAG_SAMPLE_SECONDS = 10.0
 """How often a consumer reads its lag from the server for the metrics."""
+
+DECLARE_BACKOFF_SECONDS = (1.0, 2.0, 4.0, 8.0)
+"""Waits between attempts at declaring a stream, before a service gives up starting."""
 
 RESTART_BACKOFF_SECONDS = (0.5, 1.0, 2.0, 5.0, 10.0)
 """Waits before restarting a pull loop that ended by surprise, the last one repeated."""
@@ -146,16 +150,32 @@ async def declare_streams(
     js = broker.config.connection_state.stream
     for spec in specs:
         config = stream_config(namespace, spec, replicas)
-        try:
-            await js.stream_info(config.name or "")
-        except NotFoundError:
-            await js.add_stream(config=config)
-            log.info("bus.stream.created", stream=config.name, subjects=config.subjects)
-        else:
+        for attempt, delay in enumerate((*DECLARE_BACKOFF_SECONDS, None), start=1):
             try:
-                await js.update_stream(config=config)
-            except BadRequestError as exc:
-                log.warning("bus.stream.update_refused", stream=config.name, error=str(exc))
+                await _declare(js, config)
+                break
+            except (NatsError, TimeoutError) as exc:
+                # A cluster still electing, or busy creating the same replicated stream for
+                # another process that started at the same time: wait, then ask again.
+                if delay is None:
+                    raise
+                log.warning(
+                    "bus.stream.declare_retry", stream=config.name, attempt=attempt, error=repr(exc)
+                )
+                await asyncio.sleep(delay)
+
+
+async def _declare(js: JetStreamContext, config: StreamConfig) -> None:
+    try:
+        await js.stream_info(config.name or "")
+    except NotFoundError:
+        await js.add_stream(config=config)
+        log.info("bus.stream.created", stream=config.name, subjects=config.subjects)
+    else:
+        try:
+            await js.update_stream(config=config)
+        except BadRequestError as exc:
+            log.warning("bus.stream.update_refused", stream=config.name, error=str(exc))
 
 
 class MessagePublisher(Protocol):
@@ -220,13 +240,17 @@ class Publisher:
         if _SUBJECT.fullmatch(subject) is None:
             raise InvalidArgument(f"{subject!r} is not a valid subject")
         base = self._namespace.base_subject(subject)
-        await self._broker.publish(
-            payload,
-            subject,
-            headers={"Nats-Msg-Id": msg_id, **(headers or {})},
-            stream=self._namespace.stream(stream_of(base)),
-            timeout=self._timeout,
-        )
+        try:
+            await self._broker.publish(
+                payload,
+                subject,
+                headers={"Nats-Msg-Id": msg_id, **(headers or {})},
+                stream=self._namespace.stream(stream_of(base)),
+                timeout=self._timeout,
+            )
+        except (NatsError, TimeoutError) as exc:
+            # Callers answer 503 (retry later) or redeliver, never a 500: nothing was lost.
+            raise Unavailable(f"the bus did not take the message: {exc!r}") from exc
 
 
 @dataclass(frozen=True)
@@ -559,6 +583,7 @@ class Bus:
         subscription: Subscription = await client.subscribe(
             namespace.subject(base_pattern), cb=deliver
         )
+        await client.flush()  # the server has it: nothing published from now on is missed
         return subscription
 
 

@@ -155,6 +155,8 @@ SERVICES: tuple[BusUser, ...] = (
                 bus.PROFILING, bus.PROVISIONER_SESSIONS_DURABLE, _one(bus.PROFILER_SESSION_CHANGED)
             ),
         ),
+        # Every replica syncs every change into its own instances (the durable is shared).
+        listens=(_one(bus.PROFILER_SESSION_CHANGED),),
         tokens="read",
         declares_streams=True,
     ),

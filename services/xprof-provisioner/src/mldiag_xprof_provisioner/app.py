@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from nats.aio.subscription import Subscription
 
 from mldiag_platform.auth import open_token_directory
 from mldiag_platform.bus import connect_bus
@@ -44,10 +45,8 @@ def create_app(settings: XProfProvisionerSettings | None = None) -> FastAPI:
             service = XProfProvisioner(settings, store, bus.publisher, SubprocessLauncher())
             await service.remove_stale_copies()
             warmer = SessionWarmer(settings, store, bus.publisher, SubprocessWarmRunner(), service)
-            bus.consume(
-                warm_handlers.SESSIONS_CONSUMER,
-                warm_handlers.SessionsBusHandler(service, warmer).on_sessions,
-            )
+            sessions = warm_handlers.SessionsBusHandler(service, warmer)
+            bus.consume(warm_handlers.SESSIONS_CONSUMER, sessions.on_sessions)
             captures = CaptureRunner(
                 settings.capture,
                 store,
@@ -62,14 +61,18 @@ def create_app(settings: XProfProvisionerSettings | None = None) -> FastAPI:
             client = XProfClient(settings.proxy_timeout_seconds, settings.proxy_connections)
             service.on_stop(client.forget)
             reaper = asyncio.create_task(service.run_reaper(), name="xprof-reaper")
+            changes: Subscription | None = None
             app.state.service = service
             app.state.xprof_client = client
             try:
                 await bus.start()
+                changes = await bus.listen(warm_handlers.SESSION_CHANGES, sessions.on_change_seen)
                 checks["nats"] = bus.healthy
                 yield
             finally:
                 checks.clear()
+                if changes is not None:
+                    await changes.unsubscribe()
                 # Before the instances: a warm in hand syncs into them and announces.
                 await bus.stop_consumers()
                 reaper.cancel()
