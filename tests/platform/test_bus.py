@@ -12,7 +12,7 @@ from nats.aio.msg import Msg
 from prometheus_client import REGISTRY
 
 from mldiag_platform.bus import BatchHandler, Bus, ConsumerSpec, Delivery, Publisher, connect_bus
-from mldiag_platform.errors import InvalidArgument
+from mldiag_platform.errors import InvalidArgument, Unavailable
 from mldiag_platform.settings import NatsSettings
 from mldiag_schemas.bus import METRICS_RECEIVED, TELEMETRY
 from mldiag_schemas.telemetry import MetricPoint, MetricPointsReceived
@@ -286,3 +286,11 @@ def _raise_once(then: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[N
         await then()
 
     return sample
+
+
+async def test_a_publish_the_bus_does_not_take_is_unavailable_not_a_crash(bus: Bus) -> None:
+    # As when every node is down or a cluster is electing: nobody acknowledges the write.
+    # Over HTTP that is a 503 to retry, not a 500.
+    await bus.broker.config.connection_state.stream.delete_stream(bus.namespace.stream(TELEMETRY))
+    with pytest.raises(Unavailable, match="did not take the message"):
+        await bus.publisher.publish(_message())
