@@ -3,13 +3,15 @@ not, gets a 5xx.
 
 The registry is served on a port (real NATS and PostgreSQL from the fixtures). Every
 operation gets positive and negative cases (schemathesis' two generation modes), half of
-them addressed to a run that exists, so bodies and queries reach the services and the
-database instead of stopping at a 404. Calls carry an admin token, so writes go through.
+them addressed to resources that exist (a run, its session, an operation, a token, a share
+link), so bodies and queries reach the services and the database instead of stopping at a
+404. Calls carry an admin token, so writes go through.
 Failures are collected across operations, so one run names every 500 at once.
 """
 
 import os
 from collections import Counter
+from typing import Any
 
 import pytest
 import requests
@@ -40,10 +42,11 @@ _SETTINGS = settings(
 )
 
 
-def _strategy(operation: schemathesis.APIOperation) -> st.SearchStrategy[Case]:
-    """Positive and negative cases, anywhere and on the existing run."""
+def _strategy(
+    operation: schemathesis.APIOperation, known: dict[str, str]
+) -> st.SearchStrategy[Case]:
+    """Positive and negative cases, anywhere and on the resources that exist."""
     names = {parameter.name for parameter in operation.path_parameters}
-    known = {"project": "default", "location": "local", "run_id": RUN_ID}
     fixed = {name: value for name, value in known.items() if name in names}
     strategies = [
         operation.as_strategy(GenerationMode.POSITIVE),
@@ -57,6 +60,32 @@ def _strategy(operation: schemathesis.APIOperation) -> st.SearchStrategy[Case]:
     return st.one_of(strategies)
 
 
+def _seed(session: requests.Session, base_url: str, headers: dict[str, str]) -> dict[str, str]:
+    """A run with a profiler session, an operation, a token and a share link: the ids
+    fuzzed cases are addressed to half of the time."""
+
+    def post(path: str, body: dict[str, object]) -> dict[str, Any]:
+        response = session.post(f"{base_url}/v1/{path}", json=body, headers=headers)
+        assert response.status_code == 200, response.text
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    created = post("machineLearningRuns", {"runId": RUN_ID, "displayName": "fuzzed"})
+    report = {"sessionId": "s1", "host": "h1", "phase": "ACTIVE"}
+    post(f"machineLearningRuns/{RUN_ID}/profilerSessions:report", report)
+    token = post("apiTokens", {"role": "viewer"})
+    link = post("shareLinks", {"resource": f"machineLearningRuns/{RUN_ID}"})
+    return {
+        "project": "default",
+        "location": "local",
+        "run_id": RUN_ID,
+        "session_id": "s1",
+        "operation_id": created["name"].rsplit("/", 1)[-1],
+        "token_id": token["token"]["tokenId"],
+        "link_id": link["shareLink"]["linkId"],
+    }
+
+
 @pytest.mark.connected
 def test_no_operation_answers_a_server_error(
     registry_settings_with: RegistrySettings, api_tokens: ApiTokens
@@ -68,12 +97,7 @@ def test_no_operation_answers_a_server_error(
     statuses: Counter[int] = Counter()
     operations = 0
     with served_in_thread(app) as base_url, requests.Session() as session:
-        created = session.post(
-            f"{base_url}/v1/machineLearningRuns",
-            json={"runId": RUN_ID, "displayName": "fuzzed"},
-            headers=headers,
-        )
-        assert created.status_code == 200, created.text
+        known = _seed(session, base_url, headers)
 
         def call(case: Case) -> None:
             kwargs = case.as_transport_kwargs(base_url=base_url, headers=headers)
@@ -87,11 +111,13 @@ def test_no_operation_answers_a_server_error(
                         f" body={case.body!r:.300} -> {response.status_code}"
                     )
 
-        for result in schema.get_all_operations():
+        # Deletes last, so the seeded resources live through every other operation.
+        every = [result.ok() for result in schema.get_all_operations()]
+        for operation in sorted(every, key=lambda op: (op.method.upper() == "DELETE", op.path)):
             operations += 1
 
             @_SETTINGS
-            @given(case=_strategy(result.ok()))
+            @given(case=_strategy(operation, known))
             def fuzz(case: Case) -> None:
                 call(case)
 
