@@ -9,7 +9,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import nats
@@ -134,6 +134,22 @@ async def read_stream(url: str, subject: str, stream: str) -> list[Msg]:
             return []
     finally:
         await client.close()
+
+
+async def read_dead_letters(settings: NatsSettings) -> list[Msg]:
+    """Every dead letter of the namespace, with its headers (``Mldiag-Reason``...)."""
+    namespace = settings.namespace
+    return await read_stream(
+        settings.url, f"{namespace}.deadletter.>", f"{namespace.upper()}_DEADLETTER"
+    )
+
+
+async def get_json(client: httpx.AsyncClient, path: str) -> dict[str, Any]:
+    """GET ``path``, which must answer 200, and its JSON object."""
+    response = await client.get(path)
+    assert response.status_code == 200, response.text  # a test helper
+    body: dict[str, Any] = response.json()
+    return body
 
 
 async def read_messages(

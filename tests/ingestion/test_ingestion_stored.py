@@ -9,11 +9,9 @@ import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import pytest
-from nats.aio.msg import Msg
 
 from conftest import ApiTokens
 from mldiag_event_detector.app import create_app as create_detector
@@ -25,7 +23,7 @@ from mldiag_run_registry.app import create_app as create_registry
 from mldiag_run_registry.settings import RunRegistrySettings
 from mldiag_schemas.auth import Role
 from mldiag_schemas.telemetry import MAX_STEP
-from support import read_stream, serving, wait_until
+from support import get_json, read_dead_letters, serving, wait_until
 
 pytestmark = pytest.mark.connected
 
@@ -89,30 +87,16 @@ async def test_what_a_202_accepts_is_stored_and_nothing_is_dead_lettered(
         assert beating.status_code == 204, beating.text
 
         metrics = await wait_until(
-            lambda: _json(api, f"/v1/machineLearningRuns/{RUN}/metrics"),
+            lambda: get_json(api, f"/v1/machineLearningRuns/{RUN}/metrics"),
             accept=lambda found: [m["pointCount"] for m in found.get("metrics", [])] == [1000],
         )
         assert metrics["metrics"] == [{"name": "loss", "pointCount": 1000, "lastStep": 999}]
         beats = await wait_until(
-            lambda: _json(api, f"/v1/machineLearningRuns/{RUN}/heartbeats"),
+            lambda: get_json(api, f"/v1/machineLearningRuns/{RUN}/heartbeats"),
             accept=lambda found: bool(found.get("heartbeats")),
         )
         assert [(b["host"], b["pid"], b["step"]) for b in beats["heartbeats"]] == [("h0", 42, 999)]
         events = await api.get(f"/v1/machineLearningRuns/{RUN}/events")
         assert events.status_code == 200, events.text
         assert str(MAX_STEP + 1) not in events.text  # no event ends at the refused step
-        assert await _dead_letters(nats_settings) == []
-
-
-async def _json(client: httpx.AsyncClient, path: str) -> dict[str, Any]:
-    response = await client.get(path)
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
-
-
-async def _dead_letters(settings: NatsSettings) -> list[Msg]:
-    namespace = settings.namespace
-    return await read_stream(
-        settings.url, f"{namespace}.deadletter.>", f"{namespace.upper()}_DEADLETTER"
-    )
+        assert await read_dead_letters(nats_settings) == []

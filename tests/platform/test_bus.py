@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 
 import nats
 import pytest
-from nats.aio.msg import Msg
 from prometheus_client import REGISTRY
 
 from mldiag_platform.bus import BatchHandler, Bus, ConsumerSpec, Delivery, Publisher, connect_bus
@@ -16,7 +15,7 @@ from mldiag_platform.errors import InvalidArgument, Unavailable
 from mldiag_platform.settings import NatsSettings
 from mldiag_schemas.bus import METRICS_RECEIVED, TELEMETRY
 from mldiag_schemas.telemetry import MetricPoint, MetricPointsReceived
-from support import read_stream, wait_until
+from support import read_dead_letters, wait_until
 
 pytestmark = pytest.mark.connected
 
@@ -52,10 +51,6 @@ async def _stream_messages(url: str, stream: str) -> int:
         return info.state.messages
     finally:
         await client.close()
-
-
-async def _dead_letters(url: str, namespace: str) -> list[Msg]:
-    return await read_stream(url, f"{namespace}.deadletter.>", f"{namespace.upper()}_DEADLETTER")
 
 
 async def test_republishing_the_same_event_id_stores_one_message(
@@ -94,9 +89,7 @@ async def test_a_failing_message_is_retried_then_dead_lettered_and_the_rest_flow
     await publisher.publish(poison)
     await publisher.publish(good)
 
-    letters = await wait_until(
-        lambda: _dead_letters(nats_settings.url, nats_settings.namespace), timeout=20
-    )
+    letters = await wait_until(lambda: read_dead_letters(nats_settings), timeout=20)
     [letter] = letters
     assert letter.headers is not None
     assert "cannot handle negative values" in letter.headers["Mldiag-Reason"]
@@ -131,7 +124,7 @@ async def test_undecodable_and_permanent_failures_are_dead_lettered_at_once(
     await publisher.publish(after)
 
     letters = await wait_until(
-        lambda: _dead_letters(nats_settings.url, nats_settings.namespace),
+        lambda: read_dead_letters(nats_settings),
         accept=lambda found: len(found) == 2,
     )
     reasons = sorted(letter.headers["Mldiag-Reason"] for letter in letters if letter.headers)
@@ -189,7 +182,7 @@ async def test_poison_bytes_are_dead_lettered_and_the_consumer_keeps_pulling(
     await publisher.publish(good)
 
     letters = await wait_until(
-        lambda: _dead_letters(nats_settings.url, nats_settings.namespace),
+        lambda: read_dead_letters(nats_settings),
         accept=lambda found: len(found) == 3,
     )
     reasons = sorted(letter.headers["Mldiag-Reason"] for letter in letters if letter.headers)
@@ -256,7 +249,7 @@ async def test_a_newer_message_with_an_added_field_is_handled_not_dead_lettered(
     )
     await wait_until(lambda: asyncio.sleep(0, handled), accept=lambda h: len(h) == 1)
     assert handled == [message]
-    assert await _dead_letters(nats_settings.url, nats_settings.namespace) == []
+    assert await read_dead_letters(nats_settings) == []
 
 
 @pytest.mark.parametrize("run_id", ["a..b", "a\x0bb", "a b", "run-1\n"])

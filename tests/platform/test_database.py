@@ -1,16 +1,15 @@
 """Migrations and the outbox against a real PostgreSQL (and NATS for the outbox)."""
 
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import asyncpg
 import pytest
 
 from mldiag_platform.bus import Publisher, create_broker, declare_streams
-from mldiag_platform.database import Migration, apply_migrations, create_pool, load_migrations
+from mldiag_platform.database import Migration, apply_migrations, load_migrations
 from mldiag_platform.outbox import Outbox, outbox_migrations
-from mldiag_platform.settings import DatabaseSettings, NatsSettings
+from mldiag_platform.settings import NatsSettings
 from mldiag_schemas.bus import ALL_STREAMS, RUN_CREATED, Namespace
 from mldiag_schemas.runs import Run, RunCreated, RunState
 from support import read_messages
@@ -18,14 +17,6 @@ from support import read_messages
 pytestmark = pytest.mark.connected
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-@pytest.fixture
-async def pool(database_settings: DatabaseSettings, db_schema: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await create_pool(database_settings, db_schema)
-    yield pool
-    await pool.execute(f"DROP SCHEMA IF EXISTS {db_schema} CASCADE")
-    await pool.close()
 
 
 async def test_migrations_apply_once_in_order(pool: asyncpg.Pool, db_schema: str) -> None:

@@ -2,17 +2,16 @@
 flush never fails the unit of work whose data already committed."""
 
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import asyncpg
 import pytest
 
-from mldiag_platform.bus import Publisher, create_broker, declare_streams
-from mldiag_platform.database import apply_migrations, create_pool
+from mldiag_platform.bus import Publisher, create_broker
+from mldiag_platform.database import apply_migrations
 from mldiag_platform.outbox import Outbox, outbox_migrations
-from mldiag_platform.settings import DatabaseSettings, NatsSettings
-from mldiag_schemas.bus import ALL_STREAMS, RUN_CREATED, Namespace
+from mldiag_platform.settings import NatsSettings
+from mldiag_schemas.bus import RUN_CREATED, Namespace
 from mldiag_schemas.runs import Run, RunCreated, RunState
 from support import read_messages
 
@@ -21,23 +20,9 @@ pytestmark = pytest.mark.connected
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-@pytest.fixture
-async def pool(database_settings: DatabaseSettings, db_schema: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await create_pool(database_settings, db_schema)
+@pytest.fixture(autouse=True)
+async def _outbox_table(pool: asyncpg.Pool, db_schema: str) -> None:
     await apply_migrations(pool, db_schema, outbox_migrations())
-    yield pool
-    await pool.execute(f"DROP SCHEMA IF EXISTS {db_schema} CASCADE")
-    await pool.close()
-
-
-@pytest.fixture
-async def publisher(nats_settings: NatsSettings) -> AsyncIterator[Publisher]:
-    namespace = Namespace(nats_settings.namespace)
-    broker = create_broker(nats_settings, "test-outbox")
-    await broker.connect()
-    await declare_streams(broker, namespace, ALL_STREAMS)
-    yield Publisher(broker, namespace, nats_settings)
-    await broker.stop()
 
 
 def _created() -> RunCreated:

@@ -11,11 +11,9 @@ import contextlib
 import math
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import pytest
-from nats.aio.msg import Msg
 
 from conftest import ApiTokens
 from mldiag_analyzer.app import create_app as create_analyzer
@@ -29,7 +27,7 @@ from mldiag_run_registry.settings import RunRegistrySettings
 from mldiag_schemas import bus
 from mldiag_schemas.auth import Role
 from mldiag_schemas.telemetry import MetricColumns, MetricPointsReceived
-from support import read_stream, serving, wait_until
+from support import get_json, read_dead_letters, serving, wait_until
 
 pytestmark = pytest.mark.connected
 
@@ -86,7 +84,7 @@ async def test_poison_is_dead_lettered_by_every_reader_and_the_pipeline_flows_on
                 await publisher.publish_raw(subject, poison, f"{base}-{number}")
 
         letters = await wait_until(
-            lambda: _dead_letters(nats_settings),
+            lambda: read_dead_letters(nats_settings),
             accept=lambda found: len(found) >= 2 * sum(len(d) for d in READERS.values()),
             timeout=30,
         )
@@ -112,7 +110,7 @@ async def test_poison_is_dead_lettered_by_every_reader_and_the_pipeline_flows_on
         )
         await publisher.publish(nan)
         events = await wait_until(
-            lambda: _json(api, f"/v1/machineLearningRuns/{RUN}/events"),
+            lambda: get_json(api, f"/v1/machineLearningRuns/{RUN}/events"),
             accept=lambda body: any(
                 e.get("type") == "NUMERICAL_INSTABILITY" and e.get("analyzerInsightFound")
                 for e in body.get("events", [])
@@ -121,22 +119,8 @@ async def test_poison_is_dead_lettered_by_every_reader_and_the_pipeline_flows_on
         )
         [event] = events["events"]
         assert event["evidence"]["firstBadStep"] == 3
-        points = await _json(api, f"/v1/machineLearningRuns/{RUN}/metrics/loss")
+        points = await get_json(api, f"/v1/machineLearningRuns/{RUN}/metrics/loss")
         assert [p["step"] for p in points["points"]] == [1, 2, 3]
         for client in clients:
             health = await client.get("/healthz")
             assert health.status_code == 200, health.text
-
-
-async def _json(client: httpx.AsyncClient, path: str) -> dict[str, Any]:
-    response = await client.get(path)
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
-
-
-async def _dead_letters(settings: NatsSettings) -> list[Msg]:
-    namespace = settings.namespace
-    return await read_stream(
-        settings.url, f"{namespace}.deadletter.>", f"{namespace.upper()}_DEADLETTER"
-    )
