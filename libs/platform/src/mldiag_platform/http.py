@@ -10,7 +10,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import parse_qsl
 
 import pydantic_core
@@ -151,7 +151,7 @@ def _unstorable(value: object) -> str | None:
     return None
 
 
-def _nul_found(field: str, error: type[InvalidArgument]) -> None:
+def _nul_found(field: str, error: type[InvalidArgument]) -> NoReturn:
     problem = "holds a NUL character (U+0000), which cannot be stored"
     raise error(f"{field or 'the body'} {problem}", details=[{"field": field, "problem": problem}])
 
