@@ -13,7 +13,7 @@ from fastapi import FastAPI, Request, Response
 from pydantic import BaseModel
 from starlette.types import Message, Receive, Scope, Send
 
-from mldiag_platform.errors import InvalidArgument, NotFound
+from mldiag_platform.errors import InvalidArgument, NotFound, Unavailable
 from mldiag_platform.http import (
     ContractResponse,
     HealthCheck,
@@ -40,6 +40,10 @@ def _app(checks: dict[str, HealthCheck]) -> FastAPI:
     @app.get("/crash")
     async def crash() -> Response:
         raise RuntimeError("secret internal detail")
+
+    @app.get("/busy")
+    async def busy() -> Response:
+        raise Unavailable("the bus did not take the message")
 
     @app.get("/nan")
     async def nan() -> Response:
@@ -255,3 +259,11 @@ def test_the_openapi_document_declares_bodies_and_the_error_body() -> None:
     assert "422" not in document["paths"]["/items/{item}"]["get"]["responses"]
     either = document["paths"]["/either"]["post"]["requestBody"]["content"]["application/json"]
     assert [one["title"] for one in either["schema"]["anyOf"]] == ["_Inner", "_Body"]
+
+
+async def test_an_unavailable_dependency_is_a_503_worth_retrying() -> None:
+    async with serving(_app({"ok": _ok})) as client:
+        response = await client.get("/busy")
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "unavailable"
+    assert response.headers["Retry-After"] == "1"

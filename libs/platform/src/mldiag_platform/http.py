@@ -329,7 +329,11 @@ def create_http_app(
 
     @app.exception_handler(MldiagError)
     async def on_domain_error(_request: Request, exc: MldiagError) -> Response:
-        return error_response(exc.http_status, exc.code, exc.message, exc.details)
+        response = error_response(exc.http_status, exc.code, exc.message, exc.details)
+        if exc.http_status == 503:
+            # Nothing was taken: tell clients and load balancers a retry is worth it.
+            response.headers["Retry-After"] = "1"
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid_request(_request: Request, exc: RequestValidationError) -> Response:

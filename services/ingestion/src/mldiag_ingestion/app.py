@@ -43,7 +43,8 @@ def create_app(settings: IngestionSettings | None = None) -> FastAPI:
                 finally:
                     checks.clear()
 
-    app = create_http_app(SERVICE, lifespan, checks)
+    # The wire body is never bigger than what it inflates to, so one limit serves both.
+    app = create_http_app(SERVICE, lifespan, checks, settings.max_request_bytes)
     app.state.settings = settings
     app.include_router(handlers.router)
     if settings.otlp_enabled:
@@ -63,7 +64,7 @@ async def _serving_otlp(
     address = f"{settings.host}:{settings.otlp_grpc_port}"
     app.state.otlp_grpc_port = grpc_server.add_insecure_port(address)
     await grpc_server.start()
-    otlp_http = create_http_app(f"{SERVICE}-otlp", None, checks)
+    otlp_http = create_http_app(f"{SERVICE}-otlp", None, checks, settings.max_request_bytes)
     otlp_http.state.settings = settings
     otlp_http.state.otlp = otlp
     otlp_http.state.tokens = app.state.tokens
