@@ -131,12 +131,20 @@ def _refuse_unstorable(model: BaseModel, error: type[InvalidArgument]) -> None:
             value = getattr(current, name)
             if problem := _unstorable(value):
                 raise error(f"{path} {problem}", details=[{"field": path, "problem": problem}])
-            items: list[tuple[str, Any]] = [(path, value)]
-            if isinstance(value, list | tuple):
-                items = [(f"{path}.{index}", item) for index, item in enumerate(value)]
+            if isinstance(value, BaseModel):
+                stack.append((path, value))
+            elif isinstance(value, list | tuple):
+                stack += [
+                    (f"{path}.{index}", item)
+                    for index, item in enumerate(value)
+                    if isinstance(item, BaseModel)
+                ]
             elif isinstance(value, dict):
-                items = [(f"{path}.{key}", item) for key, item in value.items()]
-            stack += [(at, item) for at, item in items if isinstance(item, BaseModel)]
+                stack += [
+                    (f"{path}.{key}", item)
+                    for key, item in value.items()
+                    if isinstance(item, BaseModel)
+                ]
 
 
 def _unstorable(value: object) -> str | None:
