@@ -9,55 +9,22 @@ link), so bodies and queries reach the services and the database instead of stop
 Failures are collected across operations, so one run names every 500 at once.
 """
 
-import os
-from collections import Counter
+from functools import partial
 from typing import Any
 
 import pytest
 import requests
 import schemathesis
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
-from schemathesis import Case, GenerationMode
 
 from conftest import ApiTokens
+from fuzzing import EXAMPLES, Fuzzer, aimed
 from mldiag_run_registry.app import create_app
 from mldiag_schemas.auth import Role
 from run_registry.helpers import RegistrySettings
 from support import served_in_thread
 
-EXAMPLES = int(os.environ.get("MLDIAG_FUZZ_EXAMPLES", "50"))
-"""Cases per operation: 78 operations x 50 keep the file under a minute on 2 CPUs; set
-``MLDIAG_FUZZ_EXAMPLES`` higher for a longer hunt."""
-
 RUN_ID = "fuzz-target"
 """A run created before fuzzing, so that run-scoped operations get past the lookup."""
-
-_SETTINGS = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    database=None,  # each run starts fresh: no examples replayed from a local cache
-    phases=[Phase.explicit, Phase.generate],  # no shrinking: the failure is logged whole
-    suppress_health_check=list(HealthCheck),
-)
-
-
-def _strategy(
-    operation: schemathesis.APIOperation, known: dict[str, str]
-) -> st.SearchStrategy[Case]:
-    """Positive and negative cases, anywhere and on the resources that exist."""
-    names = {parameter.name for parameter in operation.path_parameters}
-    fixed = {name: value for name, value in known.items() if name in names}
-    strategies = [
-        operation.as_strategy(GenerationMode.POSITIVE),
-        operation.as_strategy(GenerationMode.NEGATIVE),
-    ]
-    if fixed:
-        strategies.append(operation.as_strategy(GenerationMode.POSITIVE, path_parameters=fixed))
-        if names - fixed.keys() or operation.body or operation.query:
-            negative = operation.as_strategy(GenerationMode.NEGATIVE, path_parameters=fixed)
-            strategies.append(negative)
-    return st.one_of(strategies)
 
 
 def _seed(session: requests.Session, base_url: str, headers: dict[str, str]) -> dict[str, str]:
@@ -93,37 +60,14 @@ def test_no_operation_answers_a_server_error(
     app = create_app(registry_settings_with())
     schema = schemathesis.openapi.from_dict(app.openapi())
     headers = api_tokens.headers(Role.ADMIN)
-    failures: list[str] = []
-    statuses: Counter[int] = Counter()
-    operations = 0
     with served_in_thread(app) as base_url, requests.Session() as session:
-        known = _seed(session, base_url, headers)
-
-        def call(case: Case) -> None:
-            kwargs = case.as_transport_kwargs(base_url=base_url, headers=headers)
-            # stream: the `:watch` routes answer an endless event stream; the status is
-            # all this test reads.
-            with session.request(**kwargs, stream=True, timeout=30) as response:
-                statuses[response.status_code] += 1
-                if response.status_code >= 500:
-                    failures.append(
-                        f"{case.method} {case.formatted_path} query={case.query!r}"
-                        f" body={case.body!r:.300} -> {response.status_code}"
-                    )
-
+        fuzzer = Fuzzer(session, base_url, headers)
+        strategy = partial(aimed, known=_seed(session, base_url, headers))
         # Deletes last, so the seeded resources live through every other operation.
         every = [result.ok() for result in schema.get_all_operations()]
         for operation in sorted(every, key=lambda op: (op.method.upper() == "DELETE", op.path)):
-            operations += 1
-
-            @_SETTINGS
-            @given(case=_strategy(operation, known))
-            def fuzz(case: Case) -> None:
-                call(case)
-
-            fuzz()
-    # The figures the issue asks for (seen with -s).
-    print(f"fuzz.done operations={operations} statuses={dict(sorted(statuses.items()))}")  # noqa: T201
-    assert operations >= 78  # every route, long and short forms
-    assert statuses[200] > 0  # some cases were valid all the way through
-    assert failures == []
+            fuzzer.fuzz(operation, strategy, EXAMPLES)
+    print(fuzzer.summary())  # noqa: T201  # the figures the issue asks for (seen with -s)
+    assert len(fuzzer.operations) >= 78  # every route, long and short forms
+    assert fuzzer.statuses[200] > 0  # some cases were valid all the way through
+    assert fuzzer.failures == []

@@ -11,17 +11,18 @@ document is all that is fuzzed.
 """
 
 import random
-from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import pytest
 import requests
 import schemathesis
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from schemathesis import Case, GenerationMode
 
 from conftest import ApiTokens
+from fuzzing import Fuzzer, fuzz_settings
 from mldiag_platform.settings import NatsSettings, StorageSettings
 from mldiag_schemas.auth import Role
 from mldiag_xprof_provisioner.app import create_app
@@ -110,16 +111,6 @@ def test_no_operation_answers_a_server_error(
     app = create_app(app_settings)
     schema = schemathesis.openapi.from_dict(app.openapi())
     headers = api_tokens.headers(Role.ADMIN)
-    fuzz_settings = settings(
-        max_examples=EXAMPLES,
-        deadline=None,
-        database=None,  # each run starts fresh: no examples replayed from a local cache
-        phases=[Phase.explicit, Phase.generate],  # no shrinking: the failure is logged whole
-        suppress_health_check=list(HealthCheck),
-    )
-    failures: list[str] = []
-    statuses: Counter[int] = Counter()
-    fuzzed: list[str] = []
     with served_in_thread(app) as base_url, requests.Session() as session_:
         started = session_.post(
             f"{base_url}/v1/xprofInstances", json={"runIds": [RUN_ID]}, headers=headers
@@ -127,44 +118,25 @@ def test_no_operation_answers_a_server_error(
         assert started.status_code == 201, started.text
         instance_id = started.json()["instanceId"]
 
-        def call(case: Case) -> None:
-            kwargs = case.as_transport_kwargs(base_url=base_url, headers=headers)
-            response = session_.request(**kwargs, timeout=60, allow_redirects=False)
-            statuses[response.status_code] += 1
-            if response.status_code >= 500:
-                failures.append(
-                    f"{case.method} {case.formatted_path} query={case.query!r}"
-                    f" body={case.body!r:.300} -> {response.status_code} {response.text:.300}"
-                )
-
+        fuzzer = Fuzzer(session_, base_url, headers)
         for result in schema.get_all_operations():
-            operation = result.ok()
-            fuzzed.append(f"{operation.method.upper()} {operation.path}")
-
-            @fuzz_settings
-            @given(case=_strategy(operation, instance_id))
-            def fuzz(case: Case) -> None:
-                call(case)
-
-            fuzz()
+            fuzzer.fuzz(result.ok(), partial(_strategy, instance_id=instance_id), EXAMPLES)
 
         # The proxy's query is passed through, so the document has none to fuzz: drive the
         # read-only API's parameters through the proxy to the real XProf here.
         proxy = f"{base_url}/xprof/{instance_id}/data/plugin/profile/"
 
-        @fuzz_settings
+        @fuzz_settings(EXAMPLES)
         @given(request=_proxied())
         def fuzz_proxy(request: tuple[str, dict[str, str]]) -> None:
             path, query = request
             response = session_.get(proxy + path, params=query, headers=headers, timeout=60)
-            statuses[response.status_code] += 1
-            if response.status_code >= 500:
-                failures.append(f"GET {path} query={query!r} -> {response.text:.300}")
+            fuzzer.record(response, f"GET {path} query={query!r}")
 
         fuzz_proxy()
-        fuzzed.append("GET /xprof/{instance_id}/data/plugin/profile/{api} ?query")
-    print(f"\nfuzz.done operations={len(fuzzed)} statuses={dict(sorted(statuses.items()))}")  # noqa: T201
-    assert sorted(fuzzed) == [
+        fuzzer.operations.append("GET /xprof/{instance_id}/data/plugin/profile/{api} ?query")
+    print(f"\n{fuzzer.summary()}")  # noqa: T201
+    assert sorted(fuzzer.operations) == [
         "DELETE /v1/xprofInstances/{instance_id}",
         "GET /v1/xprofInstances",
         "GET /v1/xprofInstances/{instance_id}",
@@ -173,5 +145,5 @@ def test_no_operation_answers_a_server_error(
         "GET /xprof/{instance_id}/{path}",
         "POST /v1/xprofInstances",
     ]
-    assert statuses[200] > 0  # some cases went through to the service (and to XProf)
-    assert failures == []
+    assert fuzzer.statuses[200] > 0  # some cases went through to the service (and to XProf)
+    assert fuzzer.failures == []
