@@ -39,6 +39,7 @@ _PORT_FLAGS: tuple[tuple[str, str, str], ...] = (
     ("--nats-port", "nats", "the embedded NATS server [14222]"),
     ("--nats-monitor-port", "nats-monitor", "NATS monitoring [18222]"),
     ("--postgres-port", "postgres", "the embedded PostgreSQL [15432]"),
+    ("--xprof-instance-port", "xprof-instances", "the first XProf instance (loopback) [9100]"),
 )
 
 
@@ -147,6 +148,7 @@ def supervisor_command(config: StackConfig, verbose: bool = False) -> list[str]:
         "nats": config.nats_port,
         "nats-monitor": config.nats_monitor_port,
         "postgres": config.postgres_port,
+        "xprof-instances": config.xprof_instance_port,
     }
     for flag, key, _what in _PORT_FLAGS:
         command += [flag, str(explicit[key])]
