@@ -1,6 +1,7 @@
 """Poison on the real subjects, read by the real consumers of the registry, the detector and
 the analyzer: each is dead-lettered once per durable, every service stays healthy, and a NaN
-sent afterwards still opens its event and gets its analysis.
+sent afterwards (by a newer publisher, with fields these readers do not know) is stored and
+still opens its event and gets its analysis.
 
 Before, a message nested 100,000 levels deep or a v1 metrics message without points killed
 the pull task of every durable that read it, silently: ingestion still answered 202, nothing
@@ -8,6 +9,7 @@ was stored, no event opened and ``/healthz`` stayed 200.
 """
 
 import contextlib
+import json
 import math
 import uuid
 from collections.abc import AsyncIterator
@@ -108,7 +110,13 @@ async def test_poison_is_dead_lettered_by_every_reader_and_the_pipeline_flows_on
                 MetricColumns(name="loss", host="h0", steps=[1, 2, 3], values=[0.9, 0.8, math.nan])
             ],
         )
-        await publisher.publish(nan)
+        # From a newer ingestion: a field these readers do not know yet, at two depths.
+        newer = json.loads(nan.model_dump_json())
+        newer["addedLater"] = {"any": "shape"}
+        newer["series"][0]["unit"] = "nats"
+        await publisher.publish_raw(
+            publisher.subject_for(nan), json.dumps(newer).encode(), str(nan.event_id)
+        )
         events = await wait_until(
             lambda: get_json(api, f"/v1/machineLearningRuns/{RUN}/events"),
             accept=lambda body: any(
