@@ -203,6 +203,7 @@ async def test_a_pull_loop_that_ends_by_surprise_is_restarted(
     publisher = await _run_consumer(bus, handler)
     [consumer] = bus.consumers
     restarts = _sample("mldiag_bus_consumer_restarts_total", consumer.durable)
+    first_subscription = consumer._subscription
 
     # Something nobody foresaw ends the loop: the next fetch raises past every handler.
     real_sample_lag = consumer._sample_lag
@@ -213,6 +214,7 @@ async def test_a_pull_loop_that_ends_by_surprise_is_restarted(
     await publisher.publish(message)
     await wait_until(lambda: asyncio.sleep(0, handled), accept=lambda h: message.event_id in h)
     assert _sample("mldiag_bus_consumer_restarts_total", consumer.durable) == restarts + 1
+    assert consumer._subscription is not first_subscription  # in case the old one broke
     assert consumer.alive
     assert _sample("mldiag_bus_consumer_up", consumer.durable) == 1
     assert await bus.healthy()

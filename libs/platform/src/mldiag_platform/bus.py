@@ -336,7 +336,7 @@ class Consumer(Generic[M]):
             self._log.warning("bus.consumer.update_refused", error=str(exc))
         self._js = js
         self._subscription = await js.pull_subscribe_bind(self.durable, stream)
-        self._task = asyncio.create_task(self._supervise(self._subscription), name=self.durable)
+        self._task = asyncio.create_task(self._supervise(), name=self.durable)
 
     async def stop(self, grace_seconds: float = 10.0) -> None:
         """Finish the batch in hand (up to ``grace_seconds``), then stop pulling."""
@@ -357,8 +357,9 @@ class Consumer(Generic[M]):
             await self._subscription.unsubscribe()
             self._subscription = None
 
-    async def _supervise(self, subscription: JetStreamContext.PullSubscription) -> None:
-        """Run the pull loop until stopped; a loop that ends by surprise starts again.
+    async def _supervise(self) -> None:
+        """Run the pull loop until stopped; a loop that ends by surprise starts again, on a
+        fresh subscription.
 
         Every known failure is settled inside the loop, so getting here means a bug or a
         failure nobody foresaw: without this the consumer would stop for good while the
@@ -367,8 +368,10 @@ class Consumer(Generic[M]):
         restarts = 0
         while not self._stopping.is_set():
             CONSUMER_UP.labels(self.durable).set(1)
+            if self._subscription is None:  # stopped
+                break
             try:
-                await self._pull(subscription)
+                await self._pull(self._subscription)
             except Exception:  # noqa: BLE001  # the loop's own boundary: restart it
                 CONSUMER_UP.labels(self.durable).set(0)
                 CONSUMER_RESTARTS.labels(self.durable).inc()
@@ -377,7 +380,22 @@ class Consumer(Generic[M]):
                 self._log.exception("bus.consumer.restarting", attempt=restarts, delay_s=delay)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), delay)
+                await self._resubscribe()
         CONSUMER_UP.labels(self.durable).set(0)
+
+    async def _resubscribe(self) -> None:
+        """Bind a new pull subscription, in case the old one is what broke; on failure keep
+        the old one (the next restart tries again)."""
+        stream = self._namespace.stream(self.spec.stream)
+        try:
+            fresh = await self._js.pull_subscribe_bind(self.durable, stream)
+        except Exception as exc:  # noqa: BLE001  # NATS away: the next restart tries again
+            self._log.warning("bus.consumer.resubscribe_failed", error=repr(exc))
+            return
+        old, self._subscription = self._subscription, fresh
+        if old is not None:
+            with contextlib.suppress(Exception):
+                await old.unsubscribe()
 
     async def _pull(self, subscription: JetStreamContext.PullSubscription) -> None:
         lag_sampled_at = 0.0
