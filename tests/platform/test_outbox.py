@@ -58,6 +58,27 @@ async def _stage_raw(pool: asyncpg.Pool, subject: str, payload: bytes = b"{}") -
     return event_id
 
 
+async def test_outbox_publishes_only_what_committed(
+    pool: asyncpg.Pool, publisher: Publisher, nats_settings: NatsSettings
+) -> None:
+    outbox = Outbox(pool, publisher)
+    committed, rolled_back = _created(), _created()
+    async with pool.acquire() as conn:
+        async with conn.transaction():
+            await outbox.add(conn, [committed])
+        with pytest.raises(RuntimeError):
+            async with conn.transaction():
+                await outbox.add(conn, [rolled_back])
+                raise RuntimeError("abort")
+    # nothing is published before a flush: a crash here leaves the row for the sweeper
+    assert await read_messages(nats_settings, RUN_CREATED, RunCreated) == []
+    assert await outbox.flush() == 1
+    assert await outbox.flush() == 0
+    published = await read_messages(nats_settings, RUN_CREATED, RunCreated)
+    assert [m.event_id for m in published] == [committed.event_id]
+    assert await pool.fetchval("SELECT count(*) FROM outbox") == 0
+
+
 async def test_a_row_that_can_never_be_published_is_parked_and_the_rest_go_out(
     pool: asyncpg.Pool, publisher: Publisher, nats_settings: NatsSettings
 ) -> None:
