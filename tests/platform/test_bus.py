@@ -208,7 +208,7 @@ async def test_a_pull_loop_that_ends_by_surprise_is_restarted(
     # Something nobody foresaw ends the loop: the next fetch raises past every handler.
     real_sample_lag = consumer._sample_lag
     monkeypatch.setattr(consumer, "_sample_lag", _raise_once(real_sample_lag))
-    monkeypatch.setattr("mldiag_platform.bus.LAG_SAMPLE_SECONDS", 0.0)
+    monkeypatch.setattr("mldiag_platform.bus.consumer.LAG_SAMPLE_SECONDS", 0.0)
 
     message = _message(5.0)
     await publisher.publish(message)

@@ -1,7 +1,7 @@
 """The error base every mldiag package derives from, with stable codes.
 
 Domain code raises these; exactly one boundary per transport maps them (``http.py`` to
-status codes, ``bus.py`` to retry or dead-letter).
+status codes, ``bus/consumer.py`` to retry or dead-letter).
 """
 
 from typing import Any, ClassVar

@@ -1,50 +1,28 @@
-"""NATS JetStream through faststream: one way to build the broker, declare streams,
-publish with dedupe and consume with retry and dead-lettering.
-
-Consumers are durable pull consumers with manual acks. A batch handler receives decoded
-messages; when it raises, the batch is retried one message at a time so that one poison
-message cannot hold back the others. A failing message is redelivered with backoff up to
-``max_deliver`` attempts and then republished to ``deadletter.<subject>`` with the reason,
-and acked: a poison message never blocks its consumer. A message that cannot even be
-decoded (not JSON, nested too deep, an upcaster that fails, a shape no contract has) is
-dead-lettered the same way, and the pull loop itself is supervised: if it ever ends by
-surprise it is restarted with backoff, and ``/healthz`` and the
-``mldiag_bus_consumer_*`` metrics show it.
-
-Nothing reaches a subject unchecked: every token a message contributes (its partition, a run
-id or a project) must be a resource id, and every subject published to must be made of
-plain tokens, so a bad name is refused where it enters instead of breaking the connection.
-"""
+"""Consuming: durable pull consumers whose batch handlers run inside the bus's error
+boundary (retry with backoff, dead letters, a supervised pull loop)."""
 
 import asyncio
 import contextlib
-import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import structlog
 from faststream.nats import NatsBroker
-from faststream.nats.security import NatsUserPassword
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
-from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.api import AckPolicy, ConsumerConfig
+from nats.js.errors import BadRequestError
 from prometheus_client import Counter, Gauge, Histogram
 
-from mldiag_platform.errors import InvalidArgument, MldiagError, Unavailable
+from mldiag_platform.bus.publishing import Publisher
+from mldiag_platform.errors import MldiagError
 from mldiag_platform.settings import NatsSettings
-from mldiag_platform.substrate import inbox_prefix
-from mldiag_schemas.base import Contract
-from mldiag_schemas.bus import ALL_STREAMS, DEADLETTER_PREFIX, Namespace, StreamSpec, stream_of
+from mldiag_schemas.bus import DEADLETTER_PREFIX, Namespace, StreamSpec
 from mldiag_schemas.envelope import Envelope
-from mldiag_schemas.ids import is_resource_id
-from mldiag_schemas.messages import SUBJECT_OF, parse_message
+from mldiag_schemas.messages import parse_message
 
 log = structlog.get_logger(__name__)
 
@@ -61,9 +39,6 @@ MESSAGES_DEAD_LETTERED = Counter(
 )
 BATCH_SECONDS = Histogram(
     "mldiag_bus_batch_seconds", "Time to handle one pulled batch.", ["durable"]
-)
-MESSAGES_PUBLISHED = Counter(
-    "mldiag_bus_messages_published_total", "Messages published (acked by JetStream).", ["type"]
 )
 CONSUMER_UP = Gauge(
     "mldiag_bus_consumer_up", "1 while the consumer's pull loop runs, else 0.", ["durable"]
@@ -84,173 +59,13 @@ CONSUMER_ACK_PENDING = Gauge(
     ["durable"],
 )
 
-_SUBJECT = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
-"""A concrete subject: plain tokens only (no wildcards, spaces or control characters)."""
-
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 LAG_SAMPLE_SECONDS = 10.0
 """How often a consumer reads its lag from the server for the metrics."""
 
-DECLARE_BACKOFF_SECONDS = (1.0, 2.0, 4.0, 8.0)
-"""Waits between attempts at declaring a stream, before a service gives up starting."""
-
 RESTART_BACKOFF_SECONDS = (0.5, 1.0, 2.0, 5.0, 10.0)
 """Waits before restarting a pull loop that ended by surprise, the last one repeated."""
-
-
-def create_broker(settings: NatsSettings, client_name: str) -> NatsBroker:
-    """The service's broker.
-
-    faststream's per-message lines go out at DEBUG (we log our own events per batch), but
-    its warnings and errors, such as a consume loop failing, still reach the log.
-    """
-    return NatsBroker(
-        # Several servers (a cluster) come comma-separated; nats-py wants them as a list.
-        [url.strip() for url in settings.url.split(",")],
-        name=client_name,
-        logger=logging.getLogger("faststream"),
-        log_level=logging.DEBUG,
-        connect_timeout=5,
-        max_reconnect_attempts=-1,
-        graceful_timeout=10.0,
-        security=_credentials(settings),
-        # Replies come to an inbox of the user's own: the only one its permissions let it read.
-        inbox_prefix=inbox_prefix(settings.user),
-    )
-
-
-def _credentials(settings: NatsSettings) -> NatsUserPassword | None:
-    if settings.user is None:
-        return None  # an open server, as CI's
-    password = settings.password.get_secret_value() if settings.password else ""
-    return NatsUserPassword(settings.user, password)
-
-
-def stream_config(namespace: Namespace, spec: StreamSpec, replicas: int = 1) -> StreamConfig:
-    """The JetStream config of a shared stream definition."""
-    return StreamConfig(
-        name=namespace.stream(spec),
-        description=spec.description,
-        subjects=namespace.stream_subjects(spec),
-        max_age=spec.max_age_seconds,
-        duplicate_window=spec.duplicate_window_seconds,
-        num_replicas=replicas,
-    )
-
-
-async def declare_streams(
-    broker: NatsBroker, namespace: Namespace, specs: Sequence[StreamSpec], replicas: int = 1
-) -> None:
-    """Create or update the streams from their shared definitions (the one place they live).
-
-    The broker must be connected. No faststream subscriber declares streams, so nothing
-    merges or rewrites these definitions.
-    """
-    js = broker.config.connection_state.stream
-    for spec in specs:
-        config = stream_config(namespace, spec, replicas)
-        for attempt, delay in enumerate((*DECLARE_BACKOFF_SECONDS, None), start=1):
-            try:
-                await _declare(js, config)
-                break
-            except (NatsError, TimeoutError) as exc:
-                # A cluster still electing, or busy creating the same replicated stream for
-                # another process that started at the same time: wait, then ask again.
-                if delay is None:
-                    raise
-                log.warning(
-                    "bus.stream.declare_retry", stream=config.name, attempt=attempt, error=repr(exc)
-                )
-                await asyncio.sleep(delay)
-
-
-async def _declare(js: JetStreamContext, config: StreamConfig) -> None:
-    try:
-        await js.stream_info(config.name or "")
-    except NotFoundError:
-        await js.add_stream(config=config)
-        log.info("bus.stream.created", stream=config.name, subjects=config.subjects)
-    else:
-        try:
-            await js.update_stream(config=config)
-        except BadRequestError as exc:
-            log.warning("bus.stream.update_refused", stream=config.name, error=str(exc))
-
-
-class MessagePublisher(Protocol):
-    """What domain code needs to announce facts: publish and wait for the stream's ack."""
-
-    async def publish_many(self, messages: Sequence[Envelope]) -> None:
-        """Publish ``messages``; return once all are stored."""
-        ...
-
-
-class Publisher:
-    """Publishes contract messages, namespaced, with ``Nats-Msg-Id`` = ``event_id``.
-
-    ``publish`` returns only once JetStream has stored the message: callers answer their
-    clients or ack their input after that, never before.
-    """
-
-    def __init__(self, broker: NatsBroker, namespace: Namespace, settings: NatsSettings) -> None:
-        self._broker = broker
-        self._namespace = namespace
-        self._timeout = settings.publish_timeout_seconds
-
-    def subject_for(self, message: Envelope) -> str:
-        """The full subject of ``message``: namespace, base subject, run id.
-
-        Raises :class:`InvalidArgument` when the partition (a run id or a project) is not a
-        resource id: a dot would split it into tokens and a control character would break
-        the NATS protocol, so such a name must be refused where it came in.
-        """
-        token = message.partition()
-        if not is_resource_id(token):
-            raise InvalidArgument(
-                f"{token!r} is not a valid resource id (lowercase letters, digits and '-', "
-                "at most 63 characters)",
-                details=[{"field": "partition", "problem": "not a resource id"}],
-            )
-        return self._namespace.subject(SUBJECT_OF[type(message)], token)
-
-    async def publish(self, message: Envelope) -> None:
-        """Publish one message and wait for JetStream's ack."""
-        await self.publish_raw(
-            self.subject_for(message), message.model_dump_json().encode(), str(message.event_id)
-        )
-        MESSAGES_PUBLISHED.labels(message.type).inc()
-
-    async def publish_many(self, messages: Sequence[Envelope]) -> None:
-        """Publish several messages concurrently; returns when all are acked."""
-        await asyncio.gather(*(self.publish(message) for message in messages))
-
-    async def publish_raw(
-        self,
-        subject: str,
-        payload: bytes,
-        msg_id: str,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        """Publish bytes already serialised (outbox rows, dead letters).
-
-        Raises :class:`InvalidArgument` for a subject that is not plain tokens, before
-        anything is sent: the server would drop the whole connection over it.
-        """
-        if _SUBJECT.fullmatch(subject) is None:
-            raise InvalidArgument(f"{subject!r} is not a valid subject")
-        base = self._namespace.base_subject(subject)
-        try:
-            await self._broker.publish(
-                payload,
-                subject,
-                headers={"Nats-Msg-Id": msg_id, **(headers or {})},
-                stream=self._namespace.stream(stream_of(base)),
-                timeout=self._timeout,
-            )
-        except (NatsError, TimeoutError) as exc:
-            # Callers answer 503 (retry later) or redeliver, never a 500: nothing was lost.
-            raise Unavailable(f"the bus did not take the message: {exc!r}") from exc
 
 
 @dataclass(frozen=True)
@@ -546,77 +361,3 @@ class Consumer(Generic[M]):
         await raw.ack()
         MESSAGES_DEAD_LETTERED.labels(self.durable).inc()
         self._log.error("bus.message.dead_lettered", subject=raw.subject, reason=reason)
-
-
-@dataclass(frozen=True)
-class Bus:
-    """A service's connection to the bus: its broker, namespace, publisher and consumers."""
-
-    broker: NatsBroker
-    namespace: Namespace
-    publisher: Publisher
-    settings: NatsSettings
-    consumers: list[Consumer[Any]] = field(default_factory=list)
-
-    def consume(self, spec: ConsumerSpec[M], handler: BatchHandler[M]) -> None:
-        """Add a durable consumer running ``handler``; it pulls once :meth:`start` runs."""
-        self.consumers.append(
-            Consumer(spec, handler, self.publisher, self.namespace, self.settings)
-        )
-
-    async def start(self) -> None:
-        """Start every consumer."""
-        for consumer in self.consumers:
-            await consumer.start(self.broker)
-
-    async def stop_consumers(self) -> None:
-        """Let every consumer finish the batch in hand, then stop pulling."""
-        await asyncio.gather(*(consumer.stop() for consumer in self.consumers))
-
-    async def healthy(self) -> bool:
-        """Health check: the connection answers a ping within a second and every consumer's
-        pull loop is running."""
-        return all(consumer.alive for consumer in self.consumers) and await self.broker.ping(
-            timeout=1.0
-        )
-
-    async def notify(self, base_subject: str, token: str, hint: Contract) -> None:
-        """Publish a hint on core NATS, in no stream: whoever listens now gets it, nobody
-        later (live pages; never facts another service must not miss)."""
-        client = self.broker.config.connection_state.connection
-        subject = self.namespace.subject(base_subject, token)
-        await client.publish(subject, hint.model_dump_json().encode())
-
-    async def listen(
-        self, base_pattern: str, callback: Callable[[str, bytes], Awaitable[None]]
-    ) -> Subscription:
-        """Follow a subject pattern on core NATS (stream subjects included: a core
-        subscriber sees every publish). ``callback`` gets the base subject and the payload."""
-        client = self.broker.config.connection_state.connection
-        namespace = self.namespace
-
-        async def deliver(message: Msg) -> None:
-            await callback(namespace.base_subject(message.subject), message.data)
-
-        subscription: Subscription = await client.subscribe(
-            namespace.subject(base_pattern), cb=deliver
-        )
-        await client.flush()  # the server has it: nothing published from now on is missed
-        return subscription
-
-
-@asynccontextmanager
-async def connect_bus(settings: NatsSettings, client_name: str) -> AsyncIterator[Bus]:
-    """Connect, declare every stream, and drain the connection on exit."""
-    namespace = Namespace(settings.namespace)
-    broker = create_broker(settings, client_name)
-    await broker.connect()
-    try:
-        await declare_streams(broker, namespace, ALL_STREAMS, settings.stream_replicas)
-        bus = Bus(broker, namespace, Publisher(broker, namespace, settings), settings)
-        try:
-            yield bus
-        finally:
-            await bus.stop_consumers()
-    finally:
-        await broker.stop()
