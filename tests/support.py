@@ -69,6 +69,14 @@ def free_port() -> int:
         return port
 
 
+def free_port_flags() -> list[str]:
+    """Every port flag of ``mldiag up``, each with a free port: a stack that touches no
+    other server on the machine, whatever the CLI grows."""
+    from mldiag.cli.stack import PORT_FLAGS  # noqa: PLC0415  # the CLI only where needed
+
+    return [arg for flag, _key, _what in PORT_FLAGS for arg in (flag, str(free_port()))]
+
+
 def world_readable_tempdir(prefix: str) -> Path:
     """A temp dir whose path an unprivileged server process (PostgreSQL as root) can enter."""
     path = Path(tempfile.mkdtemp(prefix=prefix))

@@ -18,22 +18,10 @@ import pytest
 from mldiag.cli import main
 from mldiag.local.process import pid_alive, port_is_free, same_process, wait_until
 from mldiag.local.stack import STATE_FILE, Component, StackState, read_state, stop_stack
-from support import free_port, world_readable_tempdir
+from support import free_port_flags, world_readable_tempdir
 
 pytestmark = pytest.mark.e2e
 
-_PORT_FLAGS = (
-    "--api-port",
-    "--ingestion-port",
-    "--ingestion-otlp-grpc-port",
-    "--ingestion-otlp-http-port",
-    "--event-detector-port",
-    "--analyzer-port",
-    "--xprof-provisioner-port",
-    "--nats-port",
-    "--nats-monitor-port",
-    "--postgres-port",
-)
 _SEEN: set[int] = set()
 """Every pid the stack ever had: `mldiag down` must leave none of them."""
 
@@ -42,7 +30,7 @@ _SEEN: set[int] = set()
 def home() -> Iterator[Path]:
     base = world_readable_tempdir("mldiag-e2e-restarts-")
     home = base / "home"
-    ports = [arg for flag in _PORT_FLAGS for arg in (flag, str(free_port()))]
+    ports = free_port_flags()
     up = ["up", "--detach", "--home", str(home), "--services", "ingestion,analyzer", *ports]
     try:
         assert main(up) == 0

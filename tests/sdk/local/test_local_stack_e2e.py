@@ -16,7 +16,7 @@ from mldiag.cli import main
 from mldiag.local.nats import EmbeddedNats
 from mldiag.local.process import pid_alive, wait_pids_gone
 from mldiag.local.stack import STATE_FILE, Component, StackState, stop_stack, write_state
-from support import free_port, world_readable_tempdir
+from support import free_port, free_port_flags, world_readable_tempdir
 
 pytestmark = pytest.mark.e2e
 
@@ -31,24 +31,8 @@ def home() -> Iterator[Path]:
     shutil.rmtree(base, ignore_errors=True)
 
 
-def _port_flags() -> list[str]:
-    flags = []
-    for flag in (
-        "--api-port",
-        "--ingestion-port",
-        "--event-detector-port",
-        "--analyzer-port",
-        "--xprof-provisioner-port",
-        "--nats-port",
-        "--nats-monitor-port",
-        "--postgres-port",
-    ):
-        flags += [flag, str(free_port())]
-    return flags
-
-
 def test_up_detach_status_down(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    up = ["up", "--detach", "--home", str(home), "--services", "ingestion", *_port_flags()]
+    up = ["up", "--detach", "--home", str(home), "--services", "ingestion", *free_port_flags()]
     assert main(up) == 0
     out = capsys.readouterr().out
     assert "mldiag is up in" in out
@@ -99,7 +83,7 @@ def test_down_stops_what_a_dead_supervisor_left(home: Path) -> None:
             ],
         ),
     )
-    assert main(["up", "--home", str(home), "--services", "ingestion", *_port_flags()]) == 1
+    assert main(["up", "--home", str(home), "--services", "ingestion", *free_port_flags()]) == 1
     result = stop_stack(home, timeout=5.0)
     assert result.was_running
     for process in orphans:
@@ -116,7 +100,7 @@ def test_down_finds_a_server_the_state_file_never_recorded(
     server.start()
     try:
         assert server.pid is not None
-        assert main(["up", "--home", str(home), "--services", "ingestion", *_port_flags()]) == 1
+        assert main(["up", "--home", str(home), "--services", "ingestion", *free_port_flags()]) == 1
         assert f"nats {server.pid}" in capsys.readouterr().err
         result = stop_stack(home, timeout=5.0)
         assert result.was_running

@@ -27,7 +27,7 @@ from mldiag.local.stack import (
     stop_stack,
 )
 
-_PORT_FLAGS: tuple[tuple[str, str, str], ...] = (
+PORT_FLAGS: tuple[tuple[str, str, str], ...] = (
     # (flag, key in resolve_config's ports, what it is)
     ("--api-port", "run-registry", "the API (run-registry) [8080]"),
     ("--ingestion-port", "ingestion", "ingestion [8081]"),
@@ -73,7 +73,7 @@ def add_stack_commands(commands: "argparse._SubParsersAction[argparse.ArgumentPa
     up.add_argument(
         "-d", "--detach", action="store_true", help="run in the background; return once healthy"
     )
-    for flag, _key, what in _PORT_FLAGS:
+    for flag, _key, what in PORT_FLAGS:
         up.add_argument(flag, type=int, metavar="PORT", help=f"port of {what}")
     up.add_argument(
         "--port-offset", type=int, metavar="N", help="add N to every port (run a second stack)"
@@ -117,7 +117,7 @@ def add_stack_commands(commands: "argparse._SubParsersAction[argparse.ArgumentPa
 
 def config_from_args(args: argparse.Namespace) -> StackConfig:
     """The stack configuration ``mldiag up`` arguments (plus the environment) describe."""
-    ports = {key: getattr(args, _dest(flag)) for flag, key, _what in _PORT_FLAGS}
+    ports = {key: getattr(args, _dest(flag)) for flag, key, _what in PORT_FLAGS}
     return resolve_config(
         args.home,
         ports=ports,
@@ -150,7 +150,7 @@ def supervisor_command(config: StackConfig, verbose: bool = False) -> list[str]:
         "postgres": config.postgres_port,
         "xprof-instances": config.xprof_instance_port,
     }
-    for flag, key, _what in _PORT_FLAGS:
+    for flag, key, _what in PORT_FLAGS:
         command += [flag, str(explicit[key])]
     command += ["--port-offset", "0", "--timeout", str(config.health_timeout)]
     hosts = set(config.service_hosts.values())
