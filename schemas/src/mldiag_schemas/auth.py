@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field
 
 from mldiag_schemas.base import Contract
+from mldiag_schemas.ids import RunId
 from mldiag_schemas.sharing import ShareLink
 
 
@@ -152,6 +153,11 @@ class TokenGrant(Contract):
     token_id: str
     role: Role
     expire_time: datetime | None = None
+    run_id: RunId | None = Field(
+        default=None,
+        description="Held to one run: the token may read and write that run only (the token "
+        "a training job's replicas get). None: the role's permissions everywhere.",
+    )
 
 
 SHARED_ROLE = "shared"

@@ -7,6 +7,7 @@ several installations, or test runs, can share one NATS server.
 """
 
 from dataclasses import dataclass
+from typing import Literal
 
 DEFAULT_NAMESPACE = "mldiag"
 """The namespace an installation uses unless configured otherwise."""
@@ -21,6 +22,8 @@ class StreamSpec:
     description: str
     max_age_seconds: float = 7 * 24 * 3600.0
     duplicate_window_seconds: float = 120.0
+    retention: Literal["limits", "workqueue"] = "limits"
+    """``workqueue``: a message is removed once a consumer acks it (commands to executors)."""
 
 
 TELEMETRY = StreamSpec(
@@ -48,6 +51,17 @@ PROFILING = StreamSpec(
     subjects=("profiling.>",),
     description="XProf instances and profile sessions.",
 )
+TRAINING = StreamSpec(
+    name="TRAINING",
+    subjects=("training.>",),
+    description="Facts about training jobs and their replicas.",
+)
+DISPATCH = StreamSpec(
+    name="DISPATCH",
+    subjects=("dispatch.>",),
+    description="Commands to executors (start and stop replicas), one subject per executor.",
+    retention="workqueue",
+)
 DEADLETTER = StreamSpec(
     name="DEADLETTER",
     subjects=("deadletter.>",),
@@ -55,7 +69,16 @@ DEADLETTER = StreamSpec(
     max_age_seconds=30 * 24 * 3600.0,
 )
 
-ALL_STREAMS: tuple[StreamSpec, ...] = (TELEMETRY, RUNS, EVENTS, ANALYSES, PROFILING, DEADLETTER)
+ALL_STREAMS: tuple[StreamSpec, ...] = (
+    TELEMETRY,
+    RUNS,
+    EVENTS,
+    ANALYSES,
+    PROFILING,
+    TRAINING,
+    DISPATCH,
+    DEADLETTER,
+)
 """Every stream an installation declares."""
 
 # Subjects, without namespace; the run id is appended as the last token.
@@ -103,6 +126,21 @@ PROFILER_SESSION_CHANGED = "profiling.session.changed"
 """Subject prefix of :class:`~mldiag_schemas.profiling.ProfilerSessionChanged`."""
 XPROF_INSTANCE_CHANGED = "profiling.instance.changed"
 """Subject prefix of :class:`~mldiag_schemas.profiling.XProfInstanceChanged`."""
+JOB_CREATED = "training.job.created"
+"""Subject prefix of :class:`~mldiag_schemas.replicas.CustomJobCreated` (last token: the job)."""
+JOB_STATE_CHANGED = "training.job.state_changed"
+"""Subject prefix of :class:`~mldiag_schemas.replicas.CustomJobStateChanged`."""
+REPLICA_STARTED = "training.replica.started"
+"""Subject prefix of :class:`~mldiag_schemas.replicas.ReplicaStarted` (last token: the job)."""
+REPLICA_EXITED = "training.replica.exited"
+"""Subject prefix of :class:`~mldiag_schemas.replicas.ReplicaExited` (last token: the job)."""
+START_REPLICA = "dispatch.replica.start"
+"""Subject prefix of :class:`~mldiag_schemas.replicas.StartReplica` (last token: the executor)."""
+STOP_REPLICA = "dispatch.replica.stop"
+"""Subject prefix of :class:`~mldiag_schemas.replicas.StopReplica` (last token: the executor)."""
+EXECUTOR_ANNOUNCED = "executors.announced"
+"""Subject prefix of :class:`~mldiag_schemas.replicas.ExecutorAnnounced`: core NATS only, in no
+stream (it repeats every few seconds)."""
 CONSOLE_UPDATED = "console.updated"
 """Subject prefix of :class:`~mldiag_schemas.sharing.RunUpdate`: core NATS only, in no stream
 (hints for live pages, not facts to keep)."""
@@ -144,6 +182,21 @@ REGISTRY_SESSIONS_DURABLE = "run-registry-profiler-sessions"
 """run-registry merging session reports and finishing capture operations."""
 PROVISIONER_CAPTURES_DURABLE = "xprof-provisioner-captures"
 """xprof-provisioner running capture commands."""
+TRAINING_RUNS_DURABLE = "training-runs"
+"""training learning that a job's run exists (then its replicas may start)."""
+TRAINING_REPLICAS_DURABLE = "training-replicas"
+"""training following replica facts (started, exited) to drive jobs' states."""
+REGISTRY_JOBS_DURABLE = "run-registry-jobs"
+"""run-registry creating each job's run and mirroring the job's state into it."""
+EXECUTOR_DURABLE_PREFIX = "executor"
+"""An executor's durable on DISPATCH is ``executor-<executor id>`` (it filters on its id)."""
+
+
+def executor_durable(executor_id: str) -> str:
+    """The durable consumer name of executor ``executor_id`` on the DISPATCH work queue."""
+    return f"{EXECUTOR_DURABLE_PREFIX}-{executor_id}"
+
+
 PROVISIONER_SESSIONS_DURABLE = "xprof-provisioner-sessions"
 """xprof-provisioner pre-warming XProf's caches for sessions that landed."""
 

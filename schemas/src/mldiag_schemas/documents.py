@@ -16,6 +16,12 @@ from mldiag_schemas.auth import Caller, CreatedToken, CreateTokenRequest, ListTo
 from mldiag_schemas.errors import ErrorBody
 from mldiag_schemas.events import ListEventsResponse, WorkloadEvent
 from mldiag_schemas.goodput import GoodputResponse
+from mldiag_schemas.jobs import (
+    CustomJob,
+    ListCustomJobsResponse,
+    ListReplicasResponse,
+    VertexErrorBody,
+)
 from mldiag_schemas.messages import MESSAGE_TYPES, SUBJECT_OF
 from mldiag_schemas.monitoring import ProjectMonitoringRules
 from mldiag_schemas.operations import ListOperationsResponse, Operation, WaitOperationRequest
@@ -104,6 +110,10 @@ RESOURCE_TYPES: tuple[type[BaseModel], ...] = (
     ListShareLinksResponse,
     RunUpdate,
     ErrorBody,
+    CustomJob,
+    ListCustomJobsResponse,
+    ListReplicasResponse,
+    VertexErrorBody,
 )
 """HTTP request and response bodies."""
 

@@ -18,6 +18,15 @@ from mldiag_schemas.profiling import (
     ProfilerSessionReported,
     XProfInstanceChanged,
 )
+from mldiag_schemas.replicas import (
+    CustomJobCreated,
+    CustomJobStateChanged,
+    ExecutorAnnounced,
+    ReplicaExited,
+    ReplicaStarted,
+    StartReplica,
+    StopReplica,
+)
 from mldiag_schemas.runs import (
     RunConfigsReported,
     RunCreated,
@@ -52,7 +61,14 @@ BusMessage = Annotated[
     | ProfileCaptureFinished
     | ProfilerSessionReported
     | ProfilerSessionChanged
-    | XProfInstanceChanged,
+    | XProfInstanceChanged
+    | CustomJobCreated
+    | CustomJobStateChanged
+    | StartReplica
+    | StopReplica
+    | ReplicaStarted
+    | ReplicaExited
+    | ExecutorAnnounced,
     Field(discriminator="type"),
 ]
 """Any message on the bus, discriminated by ``type``."""
@@ -78,6 +94,13 @@ MESSAGE_TYPES: tuple[type[Envelope], ...] = (
     ProfilerSessionReported,
     ProfilerSessionChanged,
     XProfInstanceChanged,
+    CustomJobCreated,
+    CustomJobStateChanged,
+    StartReplica,
+    StopReplica,
+    ReplicaStarted,
+    ReplicaExited,
+    ExecutorAnnounced,
 )
 """The message classes, in documentation order."""
 
@@ -102,6 +125,13 @@ SUBJECT_OF: dict[type[Envelope], str] = {
     ProfilerSessionReported: bus.PROFILER_SESSION_REPORTED,
     ProfilerSessionChanged: bus.PROFILER_SESSION_CHANGED,
     XProfInstanceChanged: bus.XPROF_INSTANCE_CHANGED,
+    CustomJobCreated: bus.JOB_CREATED,
+    CustomJobStateChanged: bus.JOB_STATE_CHANGED,
+    StartReplica: bus.START_REPLICA,
+    StopReplica: bus.STOP_REPLICA,
+    ReplicaStarted: bus.REPLICA_STARTED,
+    ReplicaExited: bus.REPLICA_EXITED,
+    ExecutorAnnounced: bus.EXECUTOR_ANNOUNCED,
 }
 """Base subject (before namespace and run token) of each message class."""
 

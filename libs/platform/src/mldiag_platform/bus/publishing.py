@@ -12,7 +12,7 @@ from faststream.nats import NatsBroker
 from faststream.nats.security import NatsUserPassword
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
-from nats.js.api import StreamConfig
+from nats.js.api import RetentionPolicy, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
 from prometheus_client import Counter
 
@@ -73,6 +73,7 @@ def stream_config(namespace: Namespace, spec: StreamSpec, replicas: int = 1) -> 
         max_age=spec.max_age_seconds,
         duplicate_window=spec.duplicate_window_seconds,
         num_replicas=replicas,
+        retention=RetentionPolicy(spec.retention),
     )
 
 

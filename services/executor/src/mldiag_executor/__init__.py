@@ -1,0 +1,1 @@
+"""mldiag training executor (runs replicas."""

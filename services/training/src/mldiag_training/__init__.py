@@ -1,0 +1,1 @@
+"""mldiag training service (custom jobs."""
