@@ -1,0 +1,1 @@
+"""SQL migrations of the training service (jobs, replicas, executors)."""
