@@ -85,6 +85,14 @@ class ResourceExhausted(MldiagError):
     retryable = True
 
 
+class Unimplemented(MldiagError):
+    """The request asks for something this API knows but does not provide."""
+
+    code = "unimplemented"
+    http_status = 501
+    retryable = False
+
+
 class Unavailable(MldiagError):
     """A dependency (NATS, PostgreSQL, storage) cannot be reached right now."""
 

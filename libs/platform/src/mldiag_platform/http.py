@@ -9,6 +9,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NoReturn, TypeVar
 from urllib.parse import parse_qsl
@@ -21,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mldiag_platform.errors import InvalidArgument, MldiagError, PayloadTooLarge
@@ -58,6 +60,27 @@ def error_response(
     body = ErrorBody(error=ErrorDetail(code=code, message=message, details=details or []))
     return ContractResponse(body, status_code=status)
 
+
+ErrorRenderer = Callable[[int, str, str, list[Any]], Response]
+"""Renders a failure (HTTP status, stable code, message, details) as a response."""
+
+
+@dataclass(frozen=True)
+class ErrorShape:
+    """How a service's failures look on the wire: the body model its OpenAPI document names
+    and the function that renders one. Every error a service answers (domain errors, invalid
+    requests, oversized bodies, control characters, crashes) goes through it."""
+
+    model: type[BaseModel]
+    render: ErrorRenderer
+
+
+def _mldiag_error(status: int, code: str, message: str, details: list[Any]) -> Response:
+    return error_response(status, code, message, details)
+
+
+MLDIAG_ERRORS = ErrorShape(ErrorBody, _mldiag_error)
+"""mldiag's own ``{"error": {code, message, details}}`` (every service unless it chooses)."""
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -211,8 +234,9 @@ class CheckedRequestTarget:
     that holds a control character, before routing: no id or filter can then carry one to
     PostgreSQL (NUL), a NATS subject or a log line."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, render: ErrorRenderer = _mldiag_error) -> None:
         self._app = app
+        self._render = render
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Check the target of an HTTP request, then pass it on."""
@@ -221,7 +245,7 @@ class CheckedRequestTarget:
             if problem is not None:
                 field, message = problem
                 details = [{"field": field, "problem": message}]
-                response = error_response(400, "invalid_argument", f"{field} {message}", details)
+                response = self._render(400, "invalid_argument", f"{field} {message}", details)
                 await response(scope, receive, send)
                 return
         await self._app(scope, receive, send)
@@ -242,9 +266,10 @@ class BodyLimit:
     at once when its Content-Length says so, else as soon as the bytes read pass the limit
     (chunked bodies too), so no more than the limit is ever held in memory."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, render: ErrorRenderer = _mldiag_error) -> None:
         self._app = app
         self._max_bytes = max_bytes
+        self._render = render
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass the request on with a receive that counts its body."""
@@ -254,7 +279,7 @@ class BodyLimit:
         limit = self._max_bytes
         declared = dict(scope["headers"]).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > limit:
-            await _too_large(limit)(scope, receive, send)
+            await _too_large(limit, self._render)(scope, receive, send)
             return
         received = 0
         exceeded = started = False
@@ -282,18 +307,19 @@ class BodyLimit:
             if not exceeded:
                 raise
         if exceeded and not started:
-            await _too_large(limit)(scope, receive, send)
+            await _too_large(limit, self._render)(scope, receive, send)
 
 
-def _too_large(limit: int) -> Response:
+def _too_large(limit: int, render: ErrorRenderer) -> Response:
     message = f"the request body is over the {limit}-byte limit"
-    return error_response(413, PayloadTooLarge.code, message, [{"limit": limit}])
+    return render(413, PayloadTooLarge.code, message, [{"limit": limit}])
 
 
-_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    "4XX": {"model": ErrorBody, "description": "Refused: `error.code` says why."},
-    "5XX": {"model": ErrorBody, "description": "Failed: see the service log."},
-}
+def _error_responses(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
+    return {
+        "4XX": {"model": model, "description": "Refused: the error body says why."},
+        "5XX": {"model": model, "description": "Failed: see the service log."},
+    }
 
 
 def create_http_app(
@@ -301,14 +327,21 @@ def create_http_app(
     lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]] | None,
     checks: dict[str, HealthCheck],
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    errors: ErrorShape = MLDIAG_ERRORS,
 ) -> FastAPI:
     """A FastAPI app with ``/healthz``, ``/metrics``, request events and the error boundary.
 
     ``checks`` is read on every ``/healthz`` call, so the lifespan can fill it in once the
     connections it names are open. Every request passes :class:`CheckedRequestTarget` and
-    :class:`BodyLimit` (at ``max_body_bytes``) before routing.
+    :class:`BodyLimit` (at ``max_body_bytes``) before routing. ``errors`` is the shape of
+    every failure the app answers (a service speaking another API's dialect, like the
+    training service's Vertex errors, chooses its own); with another shape than mldiag's,
+    routing's own 404 and 405 take it too.
     """
-    app = FastAPI(title=f"mldiag {service}", lifespan=lifespan, responses=_ERROR_RESPONSES)
+    app = FastAPI(
+        title=f"mldiag {service}", lifespan=lifespan, responses=_error_responses(errors.model)
+    )
+    render = errors.render
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -337,7 +370,7 @@ def create_http_app(
 
     @app.exception_handler(MldiagError)
     async def on_domain_error(_request: Request, exc: MldiagError) -> Response:
-        response = error_response(exc.http_status, exc.code, exc.message, exc.details)
+        response = render(exc.http_status, exc.code, exc.message, exc.details)
         if exc.http_status == 503:
             # Nothing was taken: tell clients and load balancers a retry is worth it.
             response.headers["Retry-After"] = "1"
@@ -351,11 +384,18 @@ def create_http_app(
         ]
         first = details[0] if details else {"field": "", "problem": ""}
         message = f"the request is not valid: {first['field']}: {first['problem']}"
-        return error_response(400, "invalid_argument", message, details)
+        return render(400, "invalid_argument", message, details)
+
+    if errors is not MLDIAG_ERRORS:
+
+        @app.exception_handler(HTTPException)
+        async def on_routing_error(_request: Request, exc: HTTPException) -> Response:
+            code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http")
+            return render(exc.status_code, code, str(exc.detail), [])
 
     # Inside the request events (added before them), so their 400s and 413s are counted.
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-    app.add_middleware(CheckedRequestTarget)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, render=render)
+    app.add_middleware(CheckedRequestTarget, render=render)
 
     @app.middleware("http")
     async def observe(
@@ -366,7 +406,7 @@ def create_http_app(
             response = await call_next(request)
         except Exception:
             log.exception("http.request.crashed", method=request.method, path=request.url.path)
-            response = error_response(500, "internal", "internal error; see the service log")
+            response = render(500, "internal", "internal error; see the service log", [])
         route = request.scope.get("route")
         template = getattr(route, "path", "unmatched")
         elapsed = time.perf_counter() - started
