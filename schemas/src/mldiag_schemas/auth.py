@@ -44,6 +44,11 @@ class Permission(enum.StrEnum):
     SHARE_LINKS_CREATE = "shareLinks.create"
     SHARE_LINKS_LIST = "shareLinks.list"
     SHARE_LINKS_DELETE = "shareLinks.delete"
+    CUSTOM_JOBS_CREATE = "customJobs.create"
+    CUSTOM_JOBS_GET = "customJobs.get"
+    CUSTOM_JOBS_LIST = "customJobs.list"
+    CUSTOM_JOBS_CANCEL = "customJobs.cancel"
+    CUSTOM_JOBS_DELETE = "customJobs.delete"
 
 
 class Role(enum.StrEnum):
@@ -72,6 +77,8 @@ _VIEWER = frozenset(
         Permission.XPROF_LIST,
         # Opening a run's profiles starts an XProf instance: reading, not changing the run.
         Permission.XPROF_CREATE,
+        Permission.CUSTOM_JOBS_GET,
+        Permission.CUSTOM_JOBS_LIST,
     }
 )
 _EDITOR = _VIEWER | {
@@ -90,6 +97,10 @@ _EDITOR = _VIEWER | {
     Permission.SHARE_LINKS_CREATE,
     Permission.SHARE_LINKS_LIST,
     Permission.SHARE_LINKS_DELETE,
+    # Running training jobs (each job is also a run the editor could create).
+    Permission.CUSTOM_JOBS_CREATE,
+    Permission.CUSTOM_JOBS_CANCEL,
+    Permission.CUSTOM_JOBS_DELETE,
 }
 _ADMIN = _EDITOR | {Permission.TOKENS_CREATE, Permission.TOKENS_LIST, Permission.TOKENS_DELETE}
 
