@@ -396,7 +396,9 @@ class CustomJob(Contract):
     """A custom job, as created (``displayName``, ``jobSpec``, ``labels``) and as served (the
     output-only fields). Its id is also the id of its ML run."""
 
-    name: str = Field(default="", description="Output: ``projects/{p}/locations/{l}/customJobs/{id}``.")
+    name: str = Field(
+        default="", description="Output: ``projects/{p}/locations/{l}/customJobs/{id}``."
+    )
     display_name: str = Field(min_length=1, max_length=128, description="A name for people.")
     job_spec: CustomJobSpec = Field(description="What to run.")
     state: Annotated[JobState, _enum_from_number(JobState)] = Field(
@@ -472,3 +474,26 @@ class VertexErrorBody(Contract):
     4xx and 5xx, so Google's client libraries raise the matching exception."""
 
     error: VertexErrorStatus = Field(description="The error.")
+
+
+EMPTY_TYPE_URL = "type.googleapis.com/google.protobuf.Empty"
+"""The ``@type`` of an empty operation response."""
+
+
+class EmptyResponse(Contract):
+    """``google.protobuf.Empty`` packed in a ``google.protobuf.Any``."""
+
+    type_url: str = Field(
+        default=EMPTY_TYPE_URL, alias="@type", description="Always google.protobuf.Empty."
+    )
+
+
+class JobOperation(Contract):
+    """A long-running operation on a custom job, answered done (``DELETE
+    .../customJobs/{id}``: deleting finishes before the answer)."""
+
+    name: str = Field(description="``projects/{p}/locations/{l}/customJobs/{id}/operations/{op}``.")
+    done: bool = Field(default=True, description="Always true: the work is finished.")
+    response: EmptyResponse = Field(
+        default_factory=EmptyResponse, description="``google.protobuf.Empty``."
+    )
