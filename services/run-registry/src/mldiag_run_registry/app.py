@@ -22,6 +22,8 @@ from mldiag_run_registry.goodput.service import GoodputService
 from mldiag_run_registry.heartbeats import handlers as heartbeats_handlers
 from mldiag_run_registry.heartbeats.repository import HeartbeatsRepository
 from mldiag_run_registry.heartbeats.service import HeartbeatsService
+from mldiag_run_registry.jobs import handlers as jobs_handlers
+from mldiag_run_registry.jobs.service import JobRunsService
 from mldiag_run_registry.live import handlers as live_handlers
 from mldiag_run_registry.live.service import LiveFeed
 from mldiag_run_registry.metrics import handlers as metrics_handlers
@@ -90,6 +92,7 @@ def _consume(
     profiles: ProfilesService,
     captures: CapturesService,
     live: LiveFeed,
+    run_repository: RunRepository,
 ) -> None:
     """Every durable consumer the registry runs, with its handler."""
     bus.consume(runs_handlers.CONFIGS_CONSUMER, runs_handlers.RunsBusHandler(runs).on_configs)
@@ -107,6 +110,8 @@ def _consume(
     profiles_bus = profiles_handlers.ProfilesBusHandler(profiles, captures)
     bus.consume(profiles_handlers.CAPTURE_REQUESTS_CONSUMER, profiles_bus.on_capture_requests)
     bus.consume(profiles_handlers.SESSIONS_CONSUMER, profiles_bus.on_sessions)
+    jobs = jobs_handlers.JobsBusHandler(JobRunsService(runs, run_repository))  # a job is a run
+    bus.consume(jobs_handlers.JOBS_CONSUMER, jobs.on_jobs)
 
 
 async def _sweep(
@@ -184,7 +189,18 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             )
             await shares.start()
 
-            _consume(bus, settings, runs, metrics, events, heartbeats, profiles, captures, live)
+            _consume(
+                bus,
+                settings,
+                runs,
+                metrics,
+                events,
+                heartbeats,
+                profiles,
+                captures,
+                live,
+                run_repository,
+            )
             await bus.start()
             await outbox.flush()  # whatever a crash left staged
             await _sweep(stack, settings, outbox, profiles_repository, captures)
