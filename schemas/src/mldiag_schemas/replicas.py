@@ -119,9 +119,12 @@ class StopReplica(Envelope):
     type: Literal["dispatch.replica.stop"] = "dispatch.replica.stop"
     executor_id: ExecutorId = Field(description="The executor running it.")
     replica: ReplicaKey = Field(description="The attempt to stop.")
-    reason: Literal["cancelled", "timeout", "restart", "superseded", "failed"] = Field(
-        description="Why: the job was cancelled, timed out, is restarting every replica, "
-        "the attempt is not the current one, or the job failed."
+    reason: Literal["cancelled", "timeout", "restart", "superseded", "failed", "completed"] = (
+        Field(
+            description="Why: the job was cancelled, timed out, is restarting every replica, "
+            "the attempt is not the current one, the job failed, or the job succeeded (its "
+            "chief exited 0) while this replica still ran."
+        )
     )
     grace_seconds: float = Field(
         default=30.0, ge=0, le=3600, description="Between SIGTERM and SIGKILL."

@@ -2,11 +2,13 @@
 drained together."""
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
 from faststream.nats import NatsBroker
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -16,6 +18,9 @@ from mldiag_platform.bus.publishing import Publisher, create_broker, declare_str
 from mldiag_platform.settings import NatsSettings
 from mldiag_schemas.base import Contract
 from mldiag_schemas.bus import ALL_STREAMS, Namespace
+from mldiag_schemas.messages import parse_message
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,10 @@ class Bus:
     publisher: Publisher
     settings: NatsSettings
     consumers: list[Consumer[Any]] = field(default_factory=list)
+    followers: list[tuple[str, Callable[[str, bytes], Awaitable[None]]]] = field(
+        default_factory=list
+    )
+    subscriptions: list[Subscription] = field(default_factory=list)
 
     def consume(self, spec: ConsumerSpec[M], handler: BatchHandler[M]) -> None:
         """Add a durable consumer running ``handler``; it pulls once :meth:`start` runs."""
@@ -34,13 +43,46 @@ class Bus:
             Consumer(spec, handler, self.publisher, self.namespace, self.settings)
         )
 
+    def follow(
+        self,
+        base_pattern: str,
+        message_type: type[M],
+        handler: Callable[[M], Awaitable[None]],
+    ) -> None:
+        """Add a core NATS subscription (no stream, nothing kept: announcements that repeat)
+        that :meth:`start` opens. Each message is parsed as a contract; one of another type,
+        an unreadable one, or one whose handler fails is logged and dropped, never fatal."""
+
+        async def deliver(subject: str, payload: bytes) -> None:
+            try:
+                message = parse_message(payload)
+            except Exception as exc:  # noqa: BLE001  # nothing on core NATS is retried
+                log.warning("bus.follow.unreadable", subject=subject[:200], error=str(exc)[:300])
+                return
+            if not isinstance(message, message_type):
+                log.warning("bus.follow.unexpected", subject=subject[:200], type=message.type)
+                return
+            try:
+                await handler(message)
+            except Exception:  # the next repetition comes anyway
+                log.exception("bus.follow.failed", subject=subject[:200])
+
+        self.followers.append((base_pattern, deliver))
+
     async def start(self) -> None:
-        """Start every consumer."""
+        """Start every consumer and open every follow subscription."""
         for consumer in self.consumers:
             await consumer.start(self.broker)
+        for pattern, deliver in self.followers:
+            self.subscriptions.append(await self.listen(pattern, deliver))
 
     async def stop_consumers(self) -> None:
-        """Let every consumer finish the batch in hand, then stop pulling."""
+        """Close follow subscriptions; let every consumer finish the batch in hand, then stop
+        pulling."""
+        for subscription in self.subscriptions:
+            with contextlib.suppress(Exception):
+                await subscription.unsubscribe()
+        self.subscriptions.clear()
         await asyncio.gather(*(consumer.stop() for consumer in self.consumers))
 
     async def healthy(self) -> bool:

@@ -1,0 +1,2 @@
+"""The scheduler: the one writer of job and replica state (placement on executors,
+dispatch, restarts with backoff, gang restarts, timeouts, cancels, executor liveness)."""
