@@ -1,0 +1,272 @@
+"""The custom-jobs API's domain: creating, reading, listing, cancelling and deleting jobs.
+
+A job is stored QUEUED with its ``CustomJobCreated`` staged in the same transaction; the
+scheduler is told after commit (it places replicas once the job's run exists). A cancel
+marks the job CANCELLING and hands it to the scheduler, which stops its replicas and ends
+it CANCELLED. Only an ended job may be deleted.
+"""
+
+import hashlib
+import secrets
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from mldiag_platform.outbox import Flusher
+from mldiag_schemas.jobs import (
+    DEFAULT_TIMEOUT_SECONDS,
+    TERMINAL_JOB_STATES,
+    CustomJob,
+    CustomJobSpec,
+    JobState,
+    ListCustomJobsResponse,
+    ListReplicasResponse,
+)
+from mldiag_schemas.replicas import CustomJobCreated, CustomJobStateChanged
+from mldiag_training.errors import InvalidPageToken
+from mldiag_training.filtering import (
+    FieldSpec,
+    Kind,
+    OrderKey,
+    field_table,
+    parse_filter,
+    parse_order_by,
+)
+from mldiag_training.jobs.errors import (
+    CustomJobNotFound,
+    InvalidCustomJob,
+    JobNotCancellable,
+    JobNotTerminal,
+)
+from mldiag_training.jobs.repository import JobsRepository, job_name
+from mldiag_training.jobs.validation import MachineResolver, check_machines
+from mldiag_training.paging import decode_token, encode_token, page_size, token_text, token_time
+from mldiag_training.vertex import enum_name
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+DEFAULT_RUN_SET = "training-jobs"
+"""The run set of a job's run when its spec names no experiment."""
+
+CANCELLABLE = frozenset({JobState.QUEUED, JobState.PENDING, JobState.RUNNING})
+"""States a cancel moves to CANCELLING (a CANCELLING job is cancelled already)."""
+
+_MAX_ID_ATTEMPTS = 5
+
+
+class Scheduler(Protocol):
+    """What the jobs API asks of the scheduler."""
+
+    async def refuse_unfittable(self, spec: CustomJobSpec) -> None:
+        """Raise FAILED_PRECONDITION for a job no executor seen lately could ever fit."""
+        ...
+
+    async def job_created(self, job_id: str) -> None:
+        """A job was committed QUEUED (its ``CustomJobCreated`` is on its way)."""
+        ...
+
+    async def cancel_requested(self, job_id: str) -> None:
+        """A job was marked CANCELLING: stop its replicas."""
+        ...
+
+
+def _state(value: str) -> str | None:
+    try:
+        name = enum_name(JobState, value)
+    except ValueError:
+        try:
+            name = enum_name(JobState, f"JOB_STATE_{value}")  # `state=RUNNING`
+        except ValueError:
+            return None
+    return name
+
+
+FIELDS = field_table(
+    (
+        FieldSpec("display_name", Kind.STRING, aliases=("displayName",)),
+        FieldSpec("state", Kind.ENUM, normalise=_state),
+        FieldSpec("labels", Kind.MAP, orderable=False),
+        FieldSpec("create_time", Kind.TIMESTAMP, aliases=("createTime",)),
+        # Unset until the job runs or ends: filterable, but no keyset can page over NULL.
+        FieldSpec("start_time", Kind.TIMESTAMP, aliases=("startTime",), orderable=False),
+        FieldSpec("end_time", Kind.TIMESTAMP, aliases=("endTime",), orderable=False),
+        FieldSpec("update_time", Kind.TIMESTAMP, aliases=("updateTime",)),
+    )
+)
+"""What ``filter`` and ``orderBy`` may name (Vertex's snake_case, camelCase accepted)."""
+
+DEFAULT_ORDER = (OrderKey("create_time", descending=True),)
+_TIMESTAMP_FIELDS = frozenset({"create_time", "start_time", "end_time", "update_time"})
+
+
+def new_job_id() -> str:
+    """A job id of digits, like Vertex's: microseconds since the epoch and three random
+    digits (19 digits until the year 2286), so ids sort roughly by creation."""
+    return f"{time.time_ns() // 1000}{secrets.randbelow(1000):03d}"
+
+
+def _order_value(job: CustomJob, field: str) -> object:
+    if field == "job_id":
+        return job.name.rsplit("/", 1)[-1]
+    value: object = getattr(job, field)
+    return value
+
+
+class JobsService:
+    """Custom jobs of one installation, in every project and location."""
+
+    def __init__(
+        self,
+        repository: JobsRepository,
+        flusher: Flusher,
+        scheduler: Scheduler,
+        machines: MachineResolver,
+    ) -> None:
+        self._repository = repository
+        self._flusher = flusher
+        self._scheduler = scheduler
+        self._machines = machines
+
+    async def create(self, project: str, location: str, body: CustomJob) -> CustomJob:
+        """Store ``body`` (validated by :func:`validation.parse_custom_job`) as a new QUEUED
+        job, announce it, tell the scheduler; answers the job as stored."""
+        spec = body.job_spec
+        check_machines(spec, self._machines)
+        await self._scheduler.refuse_unfittable(spec)
+        timeout = spec.scheduling.timeout if spec.scheduling else None
+        for _ in range(_MAX_ID_ATTEMPTS):
+            job_id = new_job_id()
+            now = datetime.now(UTC)
+            try:
+                deadline = now + timedelta(seconds=timeout or DEFAULT_TIMEOUT_SECONDS)
+            except OverflowError:
+                problem = "is too long (the deadline passes the year 9999)"
+                raise InvalidCustomJob(
+                    f"jobSpec.scheduling.timeout {problem}",
+                    details=[{"field": "jobSpec.scheduling.timeout", "problem": problem}],
+                ) from None
+            job = body.model_copy(
+                update={
+                    "name": job_name(project, location, job_id),
+                    "state": JobState.QUEUED,
+                    "create_time": now,
+                    "update_time": now,
+                    "start_time": None,
+                    "end_time": None,
+                    "error": None,
+                    "web_access_uris": {},
+                }
+            )
+            created = CustomJobCreated(
+                job_id=job_id,
+                project=project,
+                location=location,
+                job=job,
+                run_set=spec.experiment or DEFAULT_RUN_SET,
+                occurred_at=now,
+            )
+            if await self._repository.insert(project, location, job, job_id, deadline, created):
+                break
+        else:  # pragma: no cover - 1000 ids per microsecond would have to collide
+            raise RuntimeError("no free job id after several attempts")
+        await self._flusher.flush()
+        await self._scheduler.job_created(job_id)
+        return job
+
+    async def get(self, project: str, location: str, job_id: str) -> CustomJob:
+        """One job, or NOT_FOUND."""
+        job = await self._repository.get(project, location, job_id)
+        if job is None:
+            raise _not_found(project, location, job_id)
+        return job
+
+    async def list_jobs(
+        self,
+        project: str,
+        location: str,
+        requested_size: int | None,
+        page_token: str,
+        filter_text: str = "",
+        order_by: str = "",
+    ) -> ListCustomJobsResponse:
+        """A page of the parent's jobs matching ``filter_text`` in ``order_by`` (newest
+        first by default)."""
+        size = page_size(requested_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        where = parse_filter(filter_text, FIELDS)
+        order = parse_order_by(order_by, FIELDS) if order_by.strip() else list(DEFAULT_ORDER)
+        order.append(OrderKey("job_id", descending=order[-1].descending))
+        query = hashlib.sha256(f"{filter_text}\0{order_by}".encode()).hexdigest()[:16]
+        after = _position(page_token, order, query) if page_token else None
+        jobs = await self._repository.list_jobs(project, location, where, order, size + 1, after)
+        token = ""
+        if len(jobs) > size:
+            jobs = jobs[:size]
+            values = [_order_value(jobs[-1], key.field) for key in order]
+            keys = [v.isoformat() if isinstance(v, datetime) else v for v in values]
+            token = encode_token({"k": keys, "q": query})
+        return ListCustomJobsResponse(custom_jobs=jobs, next_page_token=token)
+
+    async def cancel(self, project: str, location: str, job_id: str) -> None:
+        """Ask for a job to be cancelled: QUEUED, PENDING and RUNNING jobs become
+        CANCELLING (a CANCELLING one stays so); an ended job is FAILED_PRECONDITION."""
+
+        def changed(previous: JobState, restarts: int) -> CustomJobStateChanged:
+            return CustomJobStateChanged(
+                job_id=job_id,
+                project=project,
+                location=location,
+                previous_state=previous,
+                state=JobState.CANCELLING,
+                restarts=restarts,
+            )
+
+        now = datetime.now(UTC)
+        previous = await self._repository.request_cancel(
+            project, location, job_id, CANCELLABLE, now, changed
+        )
+        if previous is None:
+            raise _not_found(project, location, job_id)
+        if previous in TERMINAL_JOB_STATES:
+            raise JobNotCancellable(
+                f"the job has ended ({previous.value}): there is nothing to cancel",
+                details=[{"state": previous.value}],
+            )
+        if previous in CANCELLABLE:
+            await self._flusher.flush()
+        await self._scheduler.cancel_requested(job_id)
+
+    async def delete(self, project: str, location: str, job_id: str) -> str:
+        """Delete an ended job (FAILED_PRECONDITION otherwise); answers the name of the
+        done delete operation."""
+        state = await self._repository.delete(project, location, job_id, TERMINAL_JOB_STATES)
+        if state is None:
+            raise _not_found(project, location, job_id)
+        if state not in TERMINAL_JOB_STATES:
+            raise JobNotTerminal(
+                f"the job is {state.value}: cancel it and wait until it has ended to delete it",
+                details=[{"state": state.value}],
+            )
+        return f"{job_name(project, location, job_id)}/operations/{new_job_id()}"
+
+    async def replicas(self, project: str, location: str, job_id: str) -> ListReplicasResponse:
+        """Every replica's current attempt (none before the job is placed)."""
+        replicas = await self._repository.replicas(project, location, job_id)
+        if replicas is None:
+            raise _not_found(project, location, job_id)
+        return ListReplicasResponse(replicas=replicas)
+
+
+def _not_found(project: str, location: str, job_id: str) -> CustomJobNotFound:
+    name = job_name(project, location, job_id)
+    return CustomJobNotFound(f"{name} not found", details=[{"resource": name}])
+
+
+def _position(token: str, order: list[OrderKey], query: str) -> list[object]:
+    fields = decode_token(token)
+    values = fields.get("k")
+    if fields.get("q") != query or not isinstance(values, list) or len(values) != len(order):
+        raise InvalidPageToken("the page token is not valid for this filter and orderBy")
+    return [
+        token_time(value) if key.field in _TIMESTAMP_FIELDS else token_text(value)
+        for key, value in zip(order, values, strict=True)
+    ]
