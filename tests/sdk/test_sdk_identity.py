@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from mldiag.config import DEFAULT_API_URL, DEFAULT_INGESTION_URL, Settings
+from mldiag.config import DEFAULT_API_URL, Settings
 from mldiag.identity import RUN_ID_NAMESPACE, process_index, resolve_run_id, workload_identity
 
 
@@ -44,7 +44,11 @@ def test_process_index_from_the_launchers_environment() -> None:
 
 def test_settings_from_arguments_then_environment_then_defaults(tmp_path: Path) -> None:
     defaults = Settings.resolve(env={})
-    assert (defaults.api_url, defaults.ingestion_url) == (DEFAULT_API_URL, DEFAULT_INGESTION_URL)
+    assert (defaults.api_url, defaults.ingestion_url) == (DEFAULT_API_URL, DEFAULT_API_URL)
+    # One base URL: naming the API is enough, writes go there too (the edge routes them).
+    only_api = Settings.resolve(env={"MLDIAG_API_URL": "http://platform:9/"})
+    assert (only_api.api_url, only_api.ingestion_url) == ("http://platform:9", "http://platform:9")
+    assert Settings.resolve(api_url="http://a:1", env={}).ingestion_url == "http://a:1"
     env = {
         "MLDIAG_API_URL": "http://api:1/",
         "MLDIAG_INGESTION_URL": "http://ing:2",

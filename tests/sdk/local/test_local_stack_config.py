@@ -31,6 +31,7 @@ _STACK_ENV = (
     "MLDIAG_EMBEDDED_NATS_PORT",
     "MLDIAG_EMBEDDED_NATS_MONITOR_PORT",
     "MLDIAG_EMBEDDED_POSTGRES_PORT",
+    "MLDIAG_EXECUTOR_FIRST_PORT",
     *(
         f"{service_spec(name).env_prefix}_{what}"
         for name in SERVICE_NAMES
@@ -54,12 +55,18 @@ def test_defaults() -> None:
         15432,
     )
     assert dict(config.service_ports) == {
-        "run-registry": 8080,
+        "edge": 8080,
+        "run-registry": 8090,
         "ingestion": 8081,
         "event-detector": 8082,
         "analyzer": 8083,
         "xprof-provisioner": 8084,
+        "training": 8085,
+        "executor": 8086,
     }
+    # The one base URL is the edge's.
+    assert config.api_url == "http://127.0.0.1:8080"
+    assert config.replica_port == 20000
     assert config.services == SERVICE_NAMES
     assert not config.services_chosen
     assert config.storage_url == f"file://{config.home}/storage"
@@ -85,8 +92,10 @@ def test_flags_beat_environment_which_beats_defaults() -> None:
 
 def test_port_offset_shifts_every_port() -> None:
     config = resolve_config(port_offset=100, environ={"MLDIAG_ANALYZER_PORT": "9083"})
-    assert config.service_ports["run-registry"] == 8180
+    assert config.service_ports["edge"] == 8180
+    assert config.service_ports["run-registry"] == 8190
     assert config.service_ports["analyzer"] == 9183
+    assert config.replica_port == 20100
     assert (config.nats_port, config.postgres_port) == (14322, 15532)
     assert resolve_config(environ={"MLDIAG_PORT_OFFSET": "5"}).nats_port == 14227
 
@@ -115,10 +124,21 @@ def test_service_environment_points_at_the_embedded_servers() -> None:
     assert env["MLDIAG_DATABASE_URL"] == "postgresql://x@127.0.0.1:1/db"
     assert env["MLDIAG_STORAGE_URL"] == "file:///tmp/h/storage"
     assert env["MLDIAG_LOG_FORMAT"] == "json"
-    assert env["MLDIAG_RUN_REGISTRY_PORT"] == "8081"
+    assert env["MLDIAG_RUN_REGISTRY_PORT"] == "8091"
+    assert env["MLDIAG_EDGE_PORT"] == "8081"
     assert env["MLDIAG_XPROF_PROVISIONER_HOST"] == "127.0.0.1"
     assert env["MLDIAG_XPROF_PROVISIONER_WORK_DIR"] == "/tmp/h/xprof"
-    assert env["MLDIAG_RUN_REGISTRY_XPROF_URL"] == "http://127.0.0.1:8085"
+    # Links and replicas use the one base URL; the edge knows where each service is.
+    assert env["MLDIAG_RUN_REGISTRY_XPROF_URL"] == "http://127.0.0.1:8081"
+    assert env["MLDIAG_TRAINING_PUBLIC_API_URL"] == "http://127.0.0.1:8081"
+    assert env["MLDIAG_EDGE_RUN_REGISTRY_URL"] == "http://127.0.0.1:8091"
+    assert env["MLDIAG_EDGE_INGESTION_URL"] == "http://127.0.0.1:8082"
+    assert env["MLDIAG_EDGE_TRAINING_URL"] == "http://127.0.0.1:8086"
+    assert env["MLDIAG_EDGE_XPROF_PROVISIONER_URL"] == "http://127.0.0.1:8085"
+    # The local executor: replicas are processes here, state under the home.
+    assert env["MLDIAG_EXECUTOR_BACKEND"] == "local"
+    assert env["MLDIAG_EXECUTOR_STATE_DIR"] == "/tmp/h/executor"
+    assert env["MLDIAG_EXECUTOR_FIRST_PORT"] == "20001"
     assert not any(key.startswith("PG") for key in env)
 
 
@@ -128,7 +148,7 @@ def test_parser_reads_up_flags() -> None:
     )
     assert args.detach
     config = config_from_args(args)
-    assert config.service_ports["run-registry"] == 9080
+    assert config.service_ports["edge"] == 9080
     assert config.services == ("run-registry", "ingestion")
     with pytest.raises(SystemExit):
         build_parser().parse_args(["up", "--services", "nope"])

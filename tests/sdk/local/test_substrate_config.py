@@ -38,14 +38,45 @@ def test_secrets_are_made_once_owner_only_and_reused(tmp_path: Path) -> None:
     assert set(json.loads((directory / SECRETS_FILE).read_text())) == {"a", "b", "c"}
 
 
-def test_only_run_registry_may_write_the_token_directory() -> None:
+def test_only_run_registry_and_training_may_write_the_token_directory() -> None:
+    # run-registry keeps the API tokens; training grants each job's run-scoped replica token.
     kv_subjects = f"$KV.{NAMESPACE.bucket(bus.TOKEN_DIRECTORY_BUCKET)}.>"
     writers = [
         user.name
         for user in substrate.NATS_USERS
         if kv_subjects in substrate.nats_permissions(user, NAMESPACE)["publish"]["allow"]
     ]
-    assert writers == ["run-registry"]
+    assert writers == ["run-registry", "training"]
+
+
+def test_an_executor_may_create_any_durable_on_the_dispatch_queue_and_only_there() -> None:
+    # Its durable is executor-<its id>: one NATS token, which a wildcard cannot match by
+    # prefix, so the durable's token is open and the stream is what bounds it.
+    executor = next(user for user in substrate.SERVICES if user.name == "executor")
+    allowed = substrate.nats_permissions(executor, NAMESPACE)["publish"]["allow"]
+    dispatch = NAMESPACE.stream(bus.DISPATCH)
+    consumer_api = [s for s in allowed if s.startswith("$JS.API.CONSUMER.")]
+    assert consumer_api
+    assert all(f".{dispatch}." in subject for subject in consumer_api)
+    assert f"$JS.API.CONSUMER.CREATE.{dispatch}.*" in allowed
+    assert f"$JS.ACK.{dispatch}.*.>" in allowed
+    # It writes no token and no run fact, and publishes only replica facts and announcements.
+    assert not [s for s in allowed if s.startswith("$KV.")]
+    assert not [s for s in allowed if s.startswith("mldiag.runs.")]
+    assert {s for s in allowed if s.startswith("mldiag.") and "deadletter" not in s} == {
+        "mldiag.training.replica.started.*",
+        "mldiag.training.replica.exited.*",
+        "mldiag.executors.announced.*",
+    }
+
+
+def test_training_sends_commands_and_hears_executors() -> None:
+    training = next(user for user in substrate.SERVICES if user.name == "training")
+    permissions = substrate.nats_permissions(training, NAMESPACE)
+    assert "mldiag.dispatch.replica.start.*" in permissions["publish"]["allow"]
+    assert "mldiag.dispatch.replica.stop.*" in permissions["publish"]["allow"]
+    assert "mldiag.executors.announced.*" in permissions["subscribe"]["allow"]
+    assert "training" in substrate.DATABASE_USERS
 
 
 @pytest.mark.parametrize("user", substrate.SERVICES, ids=lambda user: user.name)
@@ -61,8 +92,9 @@ def test_a_service_gets_no_wildcard_over_the_bus(user: substrate.BusUser) -> Non
 def test_the_stack_gives_each_service_its_own_credentials(tmp_path: Path) -> None:
     config = resolve_config(tmp_path / "home", port_offset=7, environ={})
     locked = locked_down_substrate(config, environ={"MLDIAG_NATS_NAMESPACE": "other"})
-    users = {locked.service_env(name)["MLDIAG_NATS_USER"] for name in config.services}
-    assert users == set(config.services)
+    users = {locked.service_env(name)["MLDIAG_NATS_USER"] for name in locked.credentials}
+    # Every service but the edge, which touches neither NATS nor PostgreSQL.
+    assert users == set(config.services) - {"edge"} == set(substrate.SERVICE_NAMES)
     registry = locked.service_env("run-registry")["MLDIAG_DATABASE_URL"]
     assert registry.startswith("postgresql://mldiag_run_registry:")
     assert registry.endswith(f"@127.0.0.1:{config.postgres_port}/mldiag")

@@ -9,8 +9,10 @@ Everything here is pure: reading and keeping the secrets is the caller's job.
 
 A service is allowed exactly what it does: publish its own subjects (and dead letters of
 what it consumes), declare the namespace's streams, create and pull its own durables, and
-read the token directory. Only run-registry may write the token directory. Replies go to an
-inbox of the user's own (``_INBOX.<user>``), so no service can read another one's replies.
+read the token directory. Only run-registry (API tokens) and training (each job's run-scoped
+replica token) may write the token directory. Replies go to an inbox of the user's own
+(``_INBOX.<user>``), so no service can read another one's replies. The edge (the one base
+URL) touches neither NATS nor PostgreSQL and has no user here.
 """
 
 import json
@@ -43,6 +45,11 @@ class Consumes:
     stream: StreamSpec
     durable: str
     subject: str
+    any_durable: bool = False
+    """The durable's name is not fixed (an executor's is ``executor-<its id>``): any durable on
+    ``stream`` is allowed. NATS wildcards match whole tokens and a durable name is one token,
+    so ``executor-*`` cannot be said; the stream (a work queue of commands to executors)
+    bounds what such a user reaches."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,8 @@ SERVICES: tuple[BusUser, ...] = (
                 _one(bus.PROFILE_CAPTURE_REQUESTED),
             ),
             Consumes(bus.PROFILING, bus.REGISTRY_SESSIONS_DURABLE, bus.PROFILING.subjects[0]),
+            # Each job's run: created with the job, its phase mirrored from the job's state.
+            Consumes(bus.TRAINING, bus.REGISTRY_JOBS_DURABLE, "training.job.>"),
         ),
         # The console's live pages follow these on core NATS.
         listens=(_one(bus.CONSOLE_UPDATED), "runs.run.*.*", _one(bus.PROFILER_SESSION_CHANGED)),
@@ -160,6 +169,45 @@ SERVICES: tuple[BusUser, ...] = (
         tokens="read",
         declares_streams=True,
     ),
+    BusUser(
+        "training",
+        publishes=tuple(
+            _one(subject)
+            for subject in (
+                bus.JOB_CREATED,
+                bus.JOB_STATE_CHANGED,
+                bus.START_REPLICA,
+                bus.STOP_REPLICA,
+            )
+        ),
+        consumes=(
+            # Replicas start only once the job's run exists.
+            Consumes(bus.RUNS, bus.TRAINING_RUNS_DURABLE, bus.RUNS.subjects[0]),
+            Consumes(bus.TRAINING, bus.TRAINING_REPLICAS_DURABLE, "training.replica.>"),
+        ),
+        # Executors' capacity, repeated every few seconds on core NATS.
+        listens=(_one(bus.EXECUTOR_ANNOUNCED),),
+        # It grants (and revokes) each job's run-scoped replica token.
+        tokens="write",
+        declares_streams=True,
+    ),
+    BusUser(
+        "executor",
+        publishes=(
+            _one(bus.REPLICA_STARTED),
+            _one(bus.REPLICA_EXITED),
+            _one(bus.EXECUTOR_ANNOUNCED),
+        ),
+        consumes=(
+            Consumes(
+                bus.DISPATCH,
+                bus.EXECUTOR_DURABLE_PREFIX,
+                "dispatch.replica.*.*",
+                any_durable=True,
+            ),
+        ),
+        declares_streams=True,
+    ),
 )
 """The platform's services, each with the bus access it needs."""
 
@@ -172,7 +220,7 @@ NATS_USERS: tuple[BusUser, ...] = (
 )
 """Every NATS user of an installation."""
 
-DATABASE_USERS: frozenset[str] = frozenset({"run-registry", "event-detector"})
+DATABASE_USERS: frozenset[str] = frozenset({"run-registry", "event-detector", "training"})
 """Services that keep tables today (the others get a role and schema for when they do)."""
 
 
@@ -227,7 +275,7 @@ def nats_permissions(user: BusUser, namespace: Namespace) -> dict[str, dict[str,
             publish += [f"{api}.STREAM.{verb}.{name}" for verb in ("INFO", "CREATE", "UPDATE")]
     for consumer in user.consumes:
         stream = namespace.stream(consumer.stream)
-        durable = namespace.durable(consumer.durable)
+        durable = "*" if consumer.any_durable else namespace.durable(consumer.durable)
         publish += [
             f"{api}.CONSUMER.DURABLE.CREATE.{stream}.{durable}",
             f"{api}.CONSUMER.CREATE.{stream}.{durable}",

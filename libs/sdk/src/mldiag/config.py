@@ -16,10 +16,7 @@ from mldiag.credentials import resolve_token
 from mldiag.spool import default_root
 
 DEFAULT_API_URL = "http://127.0.0.1:8080"
-"""The run registry's API when neither an argument nor ``MLDIAG_API_URL`` names one."""
-
-DEFAULT_INGESTION_URL = "http://127.0.0.1:8081"
-"""Ingestion's HTTP endpoint when neither an argument nor ``MLDIAG_INGESTION_URL`` names one."""
+"""The platform's one base URL when neither an argument nor ``MLDIAG_API_URL`` names one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +24,11 @@ class Settings:
     """How the SDK talks to the platform and how much it may hold back.
 
     Attributes:
-        api_url: Base URL of the run registry (runs are created and updated there).
-        ingestion_url: Base URL of ingestion (metric batches are posted there).
+        api_url: The platform's one base URL (runs are created and updated there; it
+            routes every path to the service that serves it).
+        ingestion_url: Where metric batches, heartbeats and signals are posted: the API
+            URL unless an argument or ``MLDIAG_INGESTION_URL`` names ingestion itself
+            (to skip the edge, or where writes have a door of their own).
         token: API token sent as ``Authorization: Bearer`` (default: ``$MLDIAG_TOKEN``, else
             the admin token ``mldiag up`` keeps in ``$MLDIAG_HOME``).
         spool_dir: Root of the disk spool (one directory per run and writer).
@@ -43,7 +43,7 @@ class Settings:
     """
 
     api_url: str = DEFAULT_API_URL
-    ingestion_url: str = DEFAULT_INGESTION_URL
+    ingestion_url: str = DEFAULT_API_URL
     token: str = ""
     spool_dir: Path | None = None
     batch_points: int = 5_000
@@ -73,11 +73,11 @@ class Settings:
         """
         env = os.environ if env is None else env
         root = spool_dir if spool_dir is not None else env.get("MLDIAG_SPOOL_DIR")
+        api = (api_url or env.get("MLDIAG_API_URL") or DEFAULT_API_URL).rstrip("/")
         settings = cls(
-            api_url=(api_url or env.get("MLDIAG_API_URL") or DEFAULT_API_URL).rstrip("/"),
-            ingestion_url=(
-                ingestion_url or env.get("MLDIAG_INGESTION_URL") or DEFAULT_INGESTION_URL
-            ).rstrip("/"),
+            api_url=api,
+            # One base URL: writes go where the API is unless ingestion is named.
+            ingestion_url=(ingestion_url or env.get("MLDIAG_INGESTION_URL") or api).rstrip("/"),
             token=resolve_token(token, env),
             spool_dir=Path(root) if root else default_root(),
             heartbeat_interval=env_seconds(env, "MLDIAG_HEARTBEAT_INTERVAL", 10.0),

@@ -2,8 +2,8 @@
 ``xprof deploy|list|delete|open``.
 
 ``profiles`` and ``targets`` talk to the run-registry; ``xprof`` talks to the
-xprof-provisioner (``--xprof-url``, else ``$MLDIAG_XPROF_URL``, else
-http://127.0.0.1:8084), which serves sessions in XProf behind its authenticating proxy.
+xprof-provisioner (``--xprof-url``, else ``$MLDIAG_XPROF_URL``, else the API URL, whose
+edge routes XProf's paths to it), which serves sessions in XProf behind its authenticating proxy.
 Tables for people, the APIs' bodies with ``--format json|yaml``.
 """
 
@@ -18,7 +18,7 @@ import webbrowser
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from mldiag.api_client import DEFAULT_XPROF_URL, JsonObject, XProfClient, xprof_link
+from mldiag.api_client import DEFAULT_API_URL, JsonObject, XProfClient, xprof_link
 from mldiag.cli.events import duration
 from mldiag.cli.output import add_json_flag, cell, render_fields, render_table, short_time
 from mldiag.credentials import resolve_token
@@ -118,7 +118,7 @@ def _add_xprof_url(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--xprof-url",
         metavar="URL",
-        help=f"the xprof-provisioner [$MLDIAG_XPROF_URL or {DEFAULT_XPROF_URL}]",
+        help="the xprof-provisioner [$MLDIAG_XPROF_URL, else the API URL]",
     )
 
 
@@ -233,8 +233,13 @@ def add_xprof_commands(verbs: Any, verb: Verb) -> None:
 
 
 def _xprof_url(args: argparse.Namespace) -> str:
+    # One base URL: the API's address serves XProf's routes too, unless one is named.
     url: str = (
-        getattr(args, "xprof_url", None) or os.environ.get("MLDIAG_XPROF_URL") or DEFAULT_XPROF_URL
+        getattr(args, "xprof_url", None)
+        or os.environ.get("MLDIAG_XPROF_URL")
+        or getattr(args, "api_url", None)
+        or os.environ.get("MLDIAG_API_URL")
+        or DEFAULT_API_URL
     )
     return url.rstrip("/")
 

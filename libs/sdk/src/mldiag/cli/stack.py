@@ -29,17 +29,25 @@ from mldiag.local.stack import (
 
 PORT_FLAGS: tuple[tuple[str, str, str], ...] = (
     # (flag, key in resolve_config's ports, what it is)
-    ("--api-port", "run-registry", "the API (run-registry) [8080]"),
+    ("--api-port", "edge", "the API: the one base URL (the edge) [8080]"),
+    ("--run-registry-port", "run-registry", "run-registry, behind the edge [8090]"),
     ("--ingestion-port", "ingestion", "ingestion [8081]"),
     ("--ingestion-otlp-grpc-port", "ingestion-otlp-grpc", "ingestion's OTLP/gRPC receiver [4317]"),
     ("--ingestion-otlp-http-port", "ingestion-otlp-http", "ingestion's OTLP/HTTP receiver [4318]"),
     ("--event-detector-port", "event-detector", "event-detector [8082]"),
     ("--analyzer-port", "analyzer", "analyzer [8083]"),
     ("--xprof-provisioner-port", "xprof-provisioner", "xprof-provisioner [8084]"),
+    ("--training-port", "training", "training, behind the edge [8085]"),
+    ("--executor-port", "executor", "the local executor's health and metrics [8086]"),
     ("--nats-port", "nats", "the embedded NATS server [14222]"),
     ("--nats-monitor-port", "nats-monitor", "NATS monitoring [18222]"),
     ("--postgres-port", "postgres", "the embedded PostgreSQL [15432]"),
     ("--xprof-instance-port", "xprof-instances", "the first XProf instance (loopback) [9100]"),
+    (
+        "--replica-port",
+        "replicas",
+        "the first of 1000 ports the local executor gives training replicas [20000]",
+    ),
 )
 
 
@@ -137,21 +145,8 @@ def supervisor_command(config: StackConfig, verbose: bool = False) -> list[str]:
     spelt out, so the background process does not depend on the caller's environment.
     """
     command = [sys.executable, "-m", "mldiag.cli", "up", "--home", str(config.home)]
-    explicit = {
-        "run-registry": config.service_ports["run-registry"],
-        "ingestion": config.service_ports["ingestion"],
-        "ingestion-otlp-grpc": config.otlp_grpc_port,
-        "ingestion-otlp-http": config.otlp_http_port,
-        "event-detector": config.service_ports["event-detector"],
-        "analyzer": config.service_ports["analyzer"],
-        "xprof-provisioner": config.service_ports["xprof-provisioner"],
-        "nats": config.nats_port,
-        "nats-monitor": config.nats_monitor_port,
-        "postgres": config.postgres_port,
-        "xprof-instances": config.xprof_instance_port,
-    }
     for flag, key, _what in PORT_FLAGS:
-        command += [flag, str(explicit[key])]
+        command += [flag, str(config.port_of(key))]
     command += ["--port-offset", "0", "--timeout", str(config.health_timeout)]
     hosts = set(config.service_hosts.values())
     if len(hosts) == 1:
@@ -191,8 +186,9 @@ def _ready_table(state: StackState, config: StackConfig) -> str:
         for c in state.components
     ]
     rows.append(("logs", str(config.logs_dir), "", ""))
-    registry = service_spec("run-registry").label
-    api = next((c.url for c in state.components if c.label == registry), None)
+    # The console is on the API address: the edge's, or the registry's own without an edge.
+    urls = {c.name: c.url for c in state.components}
+    api = urls.get("edge") or urls.get("run-registry")
     if api:
         rows.insert(0, ("console", f"{api.rstrip('/')}/console/", "", "sign in: admin-token"))
     lines = [f"mldiag is up in {seconds} (supervisor pid {state.supervisor_pid})", ""]

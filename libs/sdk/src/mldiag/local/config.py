@@ -28,17 +28,23 @@ DEFAULT_OTLP_HTTP_PORT = 4318
 """ingestion's OTLP/HTTP receiver: the OpenTelemetry default for ``http/protobuf``."""
 DEFAULT_XPROF_INSTANCE_PORT = 9100
 """First port of the xprof-provisioner's XProf instances (loopback, moved by the offset)."""
+DEFAULT_REPLICA_PORT = 20000
+"""First port the local executor offers training replicas (moved by the offset)."""
+REPLICA_PORT_COUNT = 1000
+"""How many ports from the first the local executor offers."""
 DEFAULT_HEALTH_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
 class ServiceSpec:
-    """One platform service as the supervisor runs it: ``python -m MODULE``."""
+    """One platform process as the supervisor runs it: ``python -m MODULE``."""
 
     name: str
     module: str
     default_port: int
     label: str
+    health_path: str = "/healthz"
+    """Where the supervisor and ``mldiag status`` ask whether it is healthy."""
 
     @property
     def env_prefix(self) -> str:
@@ -46,17 +52,30 @@ class ServiceSpec:
         return "MLDIAG_" + self.name.upper().replace("-", "_")
 
 
+EDGE = "edge"
+"""The one base URL: routes every path to the service that serves it (the API address)."""
+
 SERVICES: tuple[ServiceSpec, ...] = (
-    ServiceSpec("run-registry", "mldiag_run_registry", 8080, "API (run-registry)"),
+    ServiceSpec(EDGE, "mldiag_platform.edge", 8080, "API (edge)", "/_edge/healthz"),
+    ServiceSpec("run-registry", "mldiag_run_registry", 8090, "run-registry"),
     ServiceSpec("ingestion", "mldiag_ingestion", 8081, "ingestion"),
     ServiceSpec("event-detector", "mldiag_event_detector", 8082, "event-detector"),
     ServiceSpec("analyzer", "mldiag_analyzer", 8083, "analyzer"),
     ServiceSpec("xprof-provisioner", "mldiag_xprof_provisioner", 8084, "xprof-provisioner"),
+    ServiceSpec("training", "mldiag_training", 8085, "training"),
+    ServiceSpec("executor", "mldiag_executor", 8086, "executor"),
 )
-"""Every service ``mldiag up`` starts, the API first."""
+"""Every process ``mldiag up`` starts besides NATS and PostgreSQL, the API's edge first."""
 SERVICE_NAMES: tuple[str, ...] = tuple(spec.name for spec in SERVICES)
 SPECS: dict[str, ServiceSpec] = {spec.name: spec for spec in SERVICES}
 """The services by name."""
+EDGE_UPSTREAMS: dict[str, str] = {
+    "run-registry": "MLDIAG_EDGE_RUN_REGISTRY_URL",
+    "ingestion": "MLDIAG_EDGE_INGESTION_URL",
+    "training": "MLDIAG_EDGE_TRAINING_URL",
+    "xprof-provisioner": "MLDIAG_EDGE_XPROF_PROVISIONER_URL",
+}
+"""The edge's setting that names each service behind it (mldiag_platform.edge.settings)."""
 
 
 def service_spec(name: str) -> ServiceSpec:
@@ -89,6 +108,8 @@ class StackConfig:
     """ingestion's OTLP/HTTP port (the same routes are also on ingestion's HTTP port)."""
     xprof_instance_port: int = DEFAULT_XPROF_INSTANCE_PORT
     """First port of the XProf instances' range."""
+    replica_port: int = DEFAULT_REPLICA_PORT
+    """First port of the range the local executor gives training replicas."""
     service_ports: Mapping[str, int] = field(
         default_factory=lambda: {spec.name: spec.default_port for spec in SERVICES}
     )
@@ -131,6 +152,35 @@ class StackConfig:
         """``<home>/xprof``, the xprof-provisioner's working directory."""
         return self.home / "xprof"
 
+    @property
+    def executor_dir(self) -> Path:
+        """``<home>/executor``, the local executor's state (attempts, package cache)."""
+        return self.home / "executor"
+
+    def service_url(self, name: str) -> str:
+        """``http://HOST:PORT`` of service ``name``, as a process on this machine reaches it."""
+        return f"http://{probe_host(self.service_hosts[name])}:{self.service_ports[name]}"
+
+    @property
+    def api_url(self) -> str:
+        """The one base URL: the edge's address (everything users call is reachable there)."""
+        return self.service_url(EDGE)
+
+    def port_of(self, key: str) -> int:
+        """The port behind a key of :func:`resolve_config`'s ``ports`` (a service's name,
+        ``nats``, ``nats-monitor``, ``postgres``, ``ingestion-otlp-grpc``,
+        ``ingestion-otlp-http``, ``xprof-instances``, ``replicas``)."""
+        fixed = {
+            "nats": self.nats_port,
+            "nats-monitor": self.nats_monitor_port,
+            "postgres": self.postgres_port,
+            "ingestion-otlp-grpc": self.otlp_grpc_port,
+            "ingestion-otlp-http": self.otlp_http_port,
+            "xprof-instances": self.xprof_instance_port,
+            "replicas": self.replica_port,
+        }
+        return fixed[key] if key in fixed else self.service_ports[key]
+
     def ports(self) -> dict[str, int]:
         """Every port the stack listens on, by a label naming its owner."""
         ports = {
@@ -144,6 +194,15 @@ class StackConfig:
             ports["ingestion OTLP/gRPC"] = self.otlp_grpc_port
             ports["ingestion OTLP/HTTP"] = self.otlp_http_port
         return ports
+
+    def ranges(self) -> dict[str, range]:
+        """Port ranges handed out while the stack runs (not bound at start), by owner."""
+        ranges = {}
+        if "executor" in self.services:
+            ranges["training replicas"] = range(
+                self.replica_port, self.replica_port + REPLICA_PORT_COUNT
+            )
+        return ranges
 
 
 def _int_from(value: str | int | None, what: str) -> int | None:
@@ -172,8 +231,8 @@ def resolve_config(
     None. The environment offers ``MLDIAG_HOME``, ``MLDIAG_EMBEDDED_NATS_PORT``,
     ``MLDIAG_EMBEDDED_NATS_MONITOR_PORT``, ``MLDIAG_EMBEDDED_POSTGRES_PORT``,
     ``MLDIAG_PORT_OFFSET``, ``MLDIAG_INGESTION_OTLP_GRPC_PORT``,
-    ``MLDIAG_INGESTION_OTLP_HTTP_PORT`` and each service's
-    ``MLDIAG_<SERVICE>_HOST`` / ``_PORT``.
+    ``MLDIAG_INGESTION_OTLP_HTTP_PORT``, ``MLDIAG_EXECUTOR_FIRST_PORT`` and each service's
+    ``MLDIAG_<SERVICE>_HOST`` / ``_PORT`` (``MLDIAG_EDGE_PORT``: the API address).
     ``port_offset`` is added to every port (to run a second stack next to the first).
     """
     env = os.environ if environ is None else environ
@@ -217,6 +276,7 @@ def resolve_config(
             "MLDIAG_XPROF_PROVISIONER_FIRST_INSTANCE_PORT",
             DEFAULT_XPROF_INSTANCE_PORT,
         ),
+        replica_port=pick("replicas", "MLDIAG_EXECUTOR_FIRST_PORT", DEFAULT_REPLICA_PORT),
         service_ports=service_ports,
         service_hosts=service_hosts,
         services=tuple(name for name in SERVICE_NAMES if name in chosen) or SERVICE_NAMES,
@@ -238,7 +298,7 @@ def probe_host(host: str) -> str:
 
 def service_environment(config: StackConfig, nats_url: str, database_url: str) -> dict[str, str]:
     """Environment of every service process: the embedded servers' URLs, every service's
-    host and port (so services can find each other), JSON logs.
+    host and port (so services can find each other), the edge's upstreams, JSON logs.
     """
     env = child_env(
         {
@@ -253,13 +313,21 @@ def service_environment(config: StackConfig, nats_url: str, database_url: str) -
     for spec in SERVICES:
         env[f"{spec.env_prefix}_HOST"] = config.service_hosts[spec.name]
         env[f"{spec.env_prefix}_PORT"] = str(config.service_ports[spec.name])
-    # Sessions' shareable links (dashboardUri) point at the provisioner's proxy.
-    xprof_host = probe_host(config.service_hosts["xprof-provisioner"])
-    xprof_port = config.service_ports["xprof-provisioner"]
-    env["MLDIAG_RUN_REGISTRY_XPROF_URL"] = f"http://{xprof_host}:{xprof_port}"
+    for name, variable in EDGE_UPSTREAMS.items():
+        env[variable] = config.service_url(name)
+    # Links people open (dashboardUri, XProf instances) and the replicas' MLDIAG_API_URL
+    # use the one base URL; the edge sends /xprof/ to the provisioner.
+    env["MLDIAG_RUN_REGISTRY_XPROF_URL"] = config.api_url
+    env["MLDIAG_XPROF_PROVISIONER_PUBLIC_URL"] = config.api_url
+    env["MLDIAG_TRAINING_PUBLIC_API_URL"] = config.api_url
     env["MLDIAG_INGESTION_OTLP_GRPC_PORT"] = str(config.otlp_grpc_port)
     env["MLDIAG_INGESTION_OTLP_HTTP_PORT"] = str(config.otlp_http_port)
     env["MLDIAG_XPROF_PROVISIONER_FIRST_INSTANCE_PORT"] = str(config.xprof_instance_port)
+    # Replicas run as processes of this machine, their state under the home.
+    env["MLDIAG_EXECUTOR_BACKEND"] = "local"
+    env["MLDIAG_EXECUTOR_STATE_DIR"] = str(config.executor_dir)
+    env["MLDIAG_EXECUTOR_FIRST_PORT"] = str(config.replica_port)
+    env["MLDIAG_EXECUTOR_PORT_COUNT"] = str(REPLICA_PORT_COUNT)
     return env
 
 
@@ -301,8 +369,10 @@ def locked_down_substrate(
         nats_authorization=substrate.nats_authorization(namespace, secrets),
         postgres_password=secrets[substrate.POSTGRES_SUPERUSER_KEY],
         postgres_setup_sql=substrate.database_roles_sql(secrets),
+        # The edge touches neither NATS nor PostgreSQL: it gets no credentials.
         credentials={
             name: substrate.service_credentials(name, secrets, LOCALHOST, config.postgres_port)
             for name in SERVICE_NAMES
+            if name in substrate.SERVICE_NAMES
         },
     )

@@ -238,7 +238,12 @@ class Supervisor:
 
     def _run_locked(self, on_ready: Callable[[StackState], None]) -> int:
         config = self.config
-        for directory in (config.logs_dir, config.storage_dir, config.xprof_dir):
+        for directory in (
+            config.logs_dir,
+            config.storage_dir,
+            config.xprof_dir,
+            config.executor_dir,
+        ):
             directory.mkdir(parents=True, exist_ok=True)
         self.notify(f"starting the mldiag stack (home {config.home}) ...")
         started = time.monotonic()
@@ -379,7 +384,7 @@ class Supervisor:
             process = self._spawn(spec, log_path)
             restarts = _Restarts(RestartTracker(self.policy), started_at=time.monotonic())
             base = f"http://{probe_host(host)}:{port}"
-            health_url = f"{base}/healthz"
+            health_url = f"{base}{spec.health_path}"
             component = Component(
                 name=name,
                 kind="service",

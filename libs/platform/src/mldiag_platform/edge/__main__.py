@@ -1,0 +1,37 @@
+"""`python -m mldiag_platform.edge`: serve the one base URL until SIGTERM."""
+
+import uvicorn
+
+from mldiag_platform.edge.app import SERVICE, create_app
+from mldiag_platform.edge.settings import EdgeSettings
+from mldiag_platform.logging import configure_logging
+
+GRACEFUL_SHUTDOWN_SECONDS = 5
+"""Open streams (live pages, followed logs) get this long before they are cut."""
+
+
+def main() -> None:
+    """Read settings from the environment, configure logging, serve."""
+    settings = EdgeSettings()
+    configure_logging(SERVICE, settings.log)
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_config=None,  # our structlog handler is already on the root logger
+        access_log=False,
+        lifespan="on",
+        # The services' own Server and Date headers pass through unchanged.
+        server_header=False,
+        date_header=False,
+        # The edge is the front door: what callers claim in X-Forwarded-* is not trusted here
+        # (it is passed on, and the edge appends the address it saw).
+        proxy_headers=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        timeout_keep_alive=75,
+    )
+    uvicorn.Server(config).run()
+
+
+if __name__ == "__main__":
+    main()

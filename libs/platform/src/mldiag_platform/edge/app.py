@@ -1,0 +1,334 @@
+"""The edge: one HTTP address in front of the services, routing each request by its path.
+
+A plain ASGI application (no framework routing: it forwards everything but its own two
+paths) over one pooled ``httpx`` client per process. Bodies stream both ways, unread and
+unbuffered beyond a chunk, so uploads, replica logs followed live and the console's
+server-sent events pass as they come; a response without a length is relayed until the
+service ends it or the caller goes away, and then the service's connection is closed too.
+
+The edge answers only for itself on ``/_edge/healthz`` and ``/_edge/metrics``; a service it
+cannot reach gets the caller a 503 ``unavailable`` with ``Retry-After`` (nothing was taken).
+The request line, ``Host`` and every end-to-end header reach the service as sent, with
+``X-Forwarded-For``, ``-Proto`` and ``-Host`` added, so links a service builds point at the
+edge. Hop-by-hop headers (RFC 9110 §7.6.1) stop here in both directions.
+"""
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+import httpx
+import structlog
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+
+from mldiag_platform.edge.routes import RouteTable
+from mldiag_platform.edge.settings import EdgeSettings
+from mldiag_schemas.errors import ErrorBody, ErrorDetail
+
+log = structlog.get_logger(__name__)
+
+SERVICE = "edge"
+HEALTH_PATH = "/_edge/healthz"
+"""The edge's own health (every other path belongs to a service, ``/healthz`` included)."""
+METRICS_PATH = "/_edge/metrics"
+"""The edge's own Prometheus metrics."""
+
+SMALL_BODY_BYTES = 256 * 1024
+"""A request body up to this size (with a declared length) is read before forwarding, so the
+service gets head and body in one write; larger or unsized bodies stream."""
+
+_HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+
+
+_Receive = Callable[[], Awaitable[Message]]
+"""The ASGI ``receive`` callable (written out: no starlette needed)."""
+_Send = Callable[[Message], Awaitable[None]]
+"""The ASGI ``send`` callable."""
+
+
+class Edge:
+    """The ASGI application: health and metrics of its own, every other path proxied."""
+
+    def __init__(
+        self,
+        settings: EdgeSettings | None = None,
+        routes: RouteTable | None = None,
+    ) -> None:
+        self.settings = settings or EdgeSettings()
+        self.routes = routes or RouteTable()
+        self.upstreams: Mapping[str, httpx.URL] = {
+            service: httpx.URL(url.rstrip("/"))
+            for service, url in self.settings.upstreams().items()
+        }
+        missing = {route.service for route in self.routes.routes} - set(self.upstreams)
+        if missing:
+            raise ValueError(f"the route table names services without a URL: {sorted(missing)}")
+        self.registry = CollectorRegistry()
+        self._requests = Counter(
+            "mldiag_edge_requests_total",
+            "Requests the edge forwarded, by service and status.",
+            ["service", "status"],
+            registry=self.registry,
+        )
+        self._unreachable = Counter(
+            "mldiag_edge_unreachable_total",
+            "Requests answered 503 because their service could not be reached.",
+            ["service"],
+            registry=self.registry,
+        )
+        self._client: httpx.AsyncClient | None = None
+
+    def _open_client(self) -> httpx.AsyncClient:
+        settings = self.settings
+        return httpx.AsyncClient(
+            timeout=httpx.Timeout(
+                connect=settings.connect_timeout_seconds,
+                read=settings.read_timeout_seconds,
+                write=settings.read_timeout_seconds,
+                pool=settings.connect_timeout_seconds,
+            ),
+            limits=httpx.Limits(
+                max_connections=settings.max_connections * len(self.upstreams),
+                max_keepalive_connections=settings.max_connections,
+            ),
+            # Never the environment's proxies: the services are on this network.
+            trust_env=False,
+            follow_redirects=False,
+        )
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The pooled client (opened by the lifespan, or on first use in tests)."""
+        if self._client is None:
+            self._client = self._open_client()
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the pooled connections."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def __call__(self, scope: Scope, receive: _Receive, send: _Send) -> None:
+        """ASGI entry point."""
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+        else:
+            # WebSockets: no service uses them (the console's live pages are SSE).
+            await send({"type": "websocket.close", "code": 1003})
+
+    async def _lifespan(self, receive: _Receive, send: _Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                _ = self.client
+                log.info("edge.started", upstreams={k: str(v) for k, v in self.upstreams.items()})
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _http(self, scope: Scope, receive: _Receive, send: _Send) -> None:
+        path: str = scope["path"]
+        if path == HEALTH_PATH:
+            await _answer(send, 200, b'{"status":"ok","service":"edge"}', b"application/json")
+            return
+        if path == METRICS_PATH:
+            await _answer(send, 200, generate_latest(self.registry), CONTENT_TYPE_LATEST.encode())
+            return
+        service = self.routes.service_for(path)
+        try:
+            upstream = await self._send_upstream(scope, receive, service)
+        except httpx.TransportError as error:
+            # Connect errors, resets before an answer, timeouts: the caller may try again.
+            self._unreachable.labels(service).inc()
+            log.warning(
+                "edge.upstream.unreachable",
+                service=service,
+                path=path,
+                error=f"{type(error).__name__}: {error}",
+            )
+            await _unavailable(send, service)
+            return
+        self._requests.labels(service, str(upstream.status_code)).inc()
+        try:
+            await self._relay(scope, receive, send, upstream)
+        finally:
+            await upstream.aclose()
+
+    async def _send_upstream(self, scope: Scope, receive: _Receive, service: str) -> httpx.Response:
+        raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
+        query: bytes = scope.get("query_string", b"")
+        url = self.upstreams[service].copy_with(
+            raw_path=raw_path + (b"?" + query if query else b"")
+        )
+        headers, length, has_body = _forwarded_headers(scope)
+        content: bytes | AsyncIterator[bytes] | None = None
+        if has_body:
+            if length is not None and length <= SMALL_BODY_BYTES:
+                content = await _read_body(receive)
+            else:
+                content = _body_chunks(receive)
+        request = self.client.build_request(scope["method"], url, headers=headers, content=content)
+        return await self.client.send(request, stream=True)
+
+    async def _relay(
+        self, scope: Scope, receive: _Receive, send: _Send, upstream: httpx.Response
+    ) -> None:
+        headers = [
+            (name, value) for name, value in upstream.headers.raw if name.lower() not in _HOP_BY_HOP
+        ]
+        await send(
+            {"type": "http.response.start", "status": upstream.status_code, "headers": headers}
+        )
+        if scope["method"] == "HEAD":
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if "content-length" in upstream.headers:
+            # Bounded: relay it; a caller gone meanwhile makes the sends no-ops.
+            await _relay_body(send, upstream)
+            return
+        # Unbounded (server-sent events, a followed log): stop when the caller goes away.
+        relay = asyncio.ensure_future(_relay_body(send, upstream))
+        gone = asyncio.ensure_future(_until_disconnect(receive))
+        try:
+            await asyncio.wait({relay, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (relay, gone):
+                task.cancel()
+            for task in (relay, gone):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if relay.done() and not relay.cancelled() and relay.exception() is not None:
+            raise relay.exception()  # type: ignore[misc]  # checked not None just above
+
+
+def _forwarded_headers(scope: Scope) -> tuple[list[tuple[bytes, bytes]], int | None, bool]:
+    """The headers the service gets, the declared body length, and whether there is a body."""
+    headers: list[tuple[bytes, bytes]] = []
+    length: int | None = None
+    chunked = False
+    forwarded_for = b""
+    forwarded_host = b""
+    forwarded_proto = b""
+    host = b""
+    for name, value in scope["headers"]:
+        lowered = name.lower()
+        if lowered in _HOP_BY_HOP:
+            chunked = chunked or (lowered == b"transfer-encoding" and b"chunked" in value.lower())
+            continue
+        if lowered == b"content-length":
+            with contextlib.suppress(ValueError):
+                length = int(value)
+        elif lowered == b"host":
+            host = value
+        elif lowered == b"x-forwarded-for":
+            forwarded_for = value
+            continue
+        elif lowered == b"x-forwarded-host":
+            forwarded_host = value
+        elif lowered == b"x-forwarded-proto":
+            forwarded_proto = value
+        headers.append((name, value))
+    client = scope.get("client")
+    if client:
+        address = client[0].encode()
+        headers.append(
+            (b"x-forwarded-for", forwarded_for + b", " + address if forwarded_for else address)
+        )
+    if not forwarded_host and host:
+        headers.append((b"x-forwarded-host", host))
+    if not forwarded_proto:
+        headers.append((b"x-forwarded-proto", scope.get("scheme", "http").encode()))
+    return headers, length, chunked or bool(length)
+
+
+async def _read_body(receive: _Receive) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _CallerGone
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _body_chunks(receive: _Receive) -> AsyncIterator[bytes]:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _CallerGone
+        body: bytes = message.get("body", b"")
+        if body:
+            yield body
+        if not message.get("more_body", False):
+            return
+
+
+class _CallerGone(httpx.TransportError):
+    """The caller hung up while sending its body: nothing to answer."""
+
+    def __init__(self) -> None:
+        super().__init__("the caller went away while sending its body")
+
+
+async def _relay_body(send: _Send, upstream: httpx.Response) -> None:
+    async for chunk in upstream.aiter_raw():
+        if chunk:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def _until_disconnect(receive: _Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _answer(send: _Send, status: int, body: bytes, content_type: bytes) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _unavailable(send: _Send, service: str) -> None:
+    body = ErrorBody(
+        error=ErrorDetail(
+            code="unavailable",
+            message=f"{service} cannot be reached right now; try again",
+            details=[{"service": service}],
+        )
+    )
+    raw = body.model_dump_json().encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(raw)).encode()),
+        (b"retry-after", b"1"),
+    ]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": raw})
+
+
+def create_app(settings: EdgeSettings | None = None) -> Edge:
+    """The edge for ``settings`` (default: from the environment)."""
+    return Edge(settings)
