@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from mldiag.api_client import ApiError, ApiUnreachable
 from mldiag.cli.agent import add_agent_command
+from mldiag.cli.jobs import add_jobs_commands
 from mldiag.cli.output import Format
 from mldiag.cli.registry import (
     Context,
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_stack_commands(commands)
     add_api_commands(commands)
+    add_jobs_commands(commands)
     add_run_command(commands)
     add_agent_command(commands)
     add_substrate_command(commands)
