@@ -71,8 +71,15 @@ export function parseJson(text: string): unknown {
 async function errorOf(response: Response): Promise<ApiError> {
   const text = await response.text().catch(() => "");
   try {
-    const body = parseJson(text) as { error?: { code?: string; message?: string; details?: unknown[] }; detail?: unknown };
-    if (body.error?.code) {
+    const body = parseJson(text) as {
+      error?: { code?: string | number; message?: string; details?: unknown[]; status?: string };
+      detail?: unknown;
+    };
+    // The Vertex-shaped APIs (training) answer google.rpc.Status: a number, and the name in `status`.
+    if (typeof body.error?.code === "number" && body.error.status) {
+      return new ApiError(response.status, body.error.status, body.error.message ?? "", body.error.details ?? []);
+    }
+    if (typeof body.error?.code === "string" && body.error.code) {
       return new ApiError(response.status, body.error.code, body.error.message ?? "", body.error.details ?? []);
     }
     if (typeof body.detail === "string") return new ApiError(response.status, httpCode(response.status), body.detail);

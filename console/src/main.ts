@@ -6,6 +6,8 @@ import "./styles.css";
 import { ApiError } from "./api";
 import { h, replace } from "./h";
 import { comparePage } from "./pages/compare";
+import { jobPage } from "./pages/job";
+import { jobsPage } from "./pages/jobs";
 import { runPage } from "./pages/run";
 import { runsPage } from "./pages/runs";
 import { sharedPage } from "./pages/shared";
@@ -52,7 +54,7 @@ function renderTopbar(caller: Caller | null, shared: boolean): void {
   replace(
     topbar,
     h("a", { class: "brand", href: shared ? location.hash : "#/runs" }, h("span", { class: "brand-mark" }, "◆"), " mldiag"),
-    !shared && session ? h("nav", { class: "topnav" }, h("a", { href: "#/runs" }, "Runs")) : null,
+    !shared && session ? h("nav", { class: "topnav" }, h("a", { href: "#/runs" }, "Runs"), h("a", { href: "#/jobs", testid: "nav-jobs" }, "Jobs")) : null,
     h("span", { class: "spacer" }),
     role ? h("span", { class: `role role-${role}`, testid: "caller-role", title: caller ? `token ${caller.tokenId}` : "" }, role) : null,
     !shared && session ? h("button", { class: "button small", testid: "sign-out", onclick: () => signOut() }, "Sign out") : null,
@@ -109,6 +111,12 @@ function route(): void {
       return;
     case "compare":
       show({ el: comparePage(session, scope, next.runs) }, "Compare");
+      return;
+    case "jobs":
+      show({ el: jobsPage(session, scope, next.query) }, "Jobs");
+      return;
+    case "job":
+      show({ el: jobPage(session, scope, next.jobId, next.query) }, `Job ${next.jobId}`);
       return;
     case "notfound":
       show({ el: h("div", { class: "page" }, empty(`Nothing at #/${next.path}.`), h("a", { href: "#/runs" }, "← Runs")) }, "Not found");

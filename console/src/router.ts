@@ -1,4 +1,5 @@
-// Hash routes: #/runs, #/runs/<id>[/<tab>], #/compare?runs=a,b, #/share/<token>[/<tab>].
+// Hash routes: #/runs, #/runs/<id>[/<tab>], #/compare?runs=a,b, #/share/<token>[/<tab>],
+// #/jobs[?project=&location=], #/jobs/<id>[?project=&location=&replica=].
 
 export const TABS = ["overview", "metrics", "configs", "events", "profiles"] as const;
 export type Tab = (typeof TABS)[number];
@@ -9,6 +10,8 @@ export type Route =
   | { page: "run"; runId: string; tab: Tab; query: URLSearchParams }
   | { page: "compare"; runs: string[] }
   | { page: "share"; token: string; tab: Tab; query: URLSearchParams }
+  | { page: "jobs"; query: URLSearchParams }
+  | { page: "job"; jobId: string; query: URLSearchParams }
   | { page: "notfound"; path: string };
 
 export function parseHash(hash: string): Route {
@@ -30,6 +33,8 @@ export function parseHash(hash: string): Route {
     const runs = (query.get("runs") ?? "").split(",").map((r) => r.trim()).filter(Boolean);
     return { page: "compare", runs };
   }
+  if (first === "jobs" && second === undefined) return { page: "jobs", query };
+  if (first === "jobs" && second !== undefined && parts.length === 2) return { page: "job", jobId: second, query };
   if (first === "share" && second !== undefined && parts.length <= 3) {
     const t = tab(third);
     if (t) return { page: "share", token: second, tab: t, query };
@@ -63,4 +68,34 @@ export function navigate(href: string): void {
 /** Change the hash without a history entry or a re-render (filters, selections). */
 export function replaceHash(href: string): void {
   history.replaceState(history.state, "", href);
+}
+
+/** The project and location a training resource lives in (the API's short form's defaults). */
+export interface Parent {
+  project: string;
+  location: string;
+}
+
+export const DEFAULT_PROJECT = "default";
+export const DEFAULT_LOCATION = "local";
+
+/** The parent a jobs route names (`?project=&location=`), defaults when absent. */
+export function parentOf(query: URLSearchParams): Parent {
+  return { project: query.get("project") || DEFAULT_PROJECT, location: query.get("location") || DEFAULT_LOCATION };
+}
+
+/** Only what differs from the defaults goes into a jobs link. */
+function parentQuery(parent: Parent): Record<string, string> {
+  const query: Record<string, string> = {};
+  if (parent.project !== DEFAULT_PROJECT) query["project"] = parent.project;
+  if (parent.location !== DEFAULT_LOCATION) query["location"] = parent.location;
+  return query;
+}
+
+export function jobsHref(parent: Parent): string {
+  return withQuery("#/jobs", parentQuery(parent));
+}
+
+export function jobHref(parent: Parent, jobId: string, query?: Record<string, string>): string {
+  return withQuery(`#/jobs/${encodeURIComponent(jobId)}`, { ...parentQuery(parent), ...query });
 }
