@@ -6,6 +6,14 @@ the tokens (PostgreSQL) and mirrors every usable one into a JetStream key-value 
 *token directory*, keyed by that hash. Every service keeps the directory in memory through a
 watch, so checking a request costs a dict lookup, ingestion keeps accepting while the
 registry is down, and a revocation reaches every replica within milliseconds.
+
+A grant may be held to one run (``TokenGrant.run_id``: the token a training job's replicas
+get). Its caller holds the role's permissions that concern a run (read it, update it, write
+its metrics and configs, its profiler sessions and targets, read its job) and is admitted
+only by routes that name that run in their path (``{run_id}``, or ``{job_id}``: a job's id
+is its run's). Anything else — listing, another run, a route about no run — is
+``permission_denied``. Routes whose body names the runs (OTLP) opt in with
+``requires(..., runs_in_body=True)`` and check each run with :meth:`Principal.admit_run`.
 """
 
 import asyncio
@@ -69,7 +77,7 @@ def secret_from_authorization(header: str | None) -> str | None:
 
 
 class Scope(Protocol):
-    """What a caller restricted to part of the API (a share link) may reach."""
+    """What a caller restricted to part of the API (a share link, a run) may reach."""
 
     @property
     def permissions(self) -> frozenset[Permission]:
@@ -81,9 +89,67 @@ class Scope(Protocol):
         ...
 
 
+RUN_SCOPED_PERMISSIONS = frozenset(
+    {
+        Permission.RUNS_GET,
+        Permission.RUNS_UPDATE,
+        Permission.METRICS_WRITE,
+        Permission.CONFIGS_WRITE,
+        Permission.PROFILER_SESSIONS_CREATE,
+        Permission.PROFILER_SESSIONS_GET,
+        Permission.PROFILER_SESSIONS_LIST,
+        Permission.PROFILER_TARGETS_CREATE,
+        Permission.PROFILER_TARGETS_LIST,
+        Permission.CUSTOM_JOBS_GET,
+    }
+)
+"""The most a token held to one run can do (less if its role grants less): read and write
+that run. Creating, deleting and listing runs, operations, tokens, share links and XProf
+instances are about more than one run and stay closed."""
+
+RUN_PATH_PARAMETERS = ("run_id", "job_id")
+"""Path parameters that name a run (a custom job's id is its run's id)."""
+
+
+@dataclass(frozen=True)
+class RunScope:
+    """Holds a token to one run (``TokenGrant.run_id``)."""
+
+    run_id: str
+    role: Role
+
+    @property
+    def permissions(self) -> frozenset[Permission]:
+        """The role's permissions that concern one run."""
+        return self.role.permissions & RUN_SCOPED_PERMISSIONS
+
+    def admit(self, permission: Permission, request: Request) -> None:
+        """Raise ``permission_denied`` unless the request's path names this run."""
+        named = [
+            request.path_params[name] for name in RUN_PATH_PARAMETERS if name in request.path_params
+        ]
+        if not named:
+            raise PermissionDenied(
+                f"this token is held to run {self.run_id}: {permission.value} on"
+                f" {request.url.path} names no run",
+                details=[{"run": self.run_id, "path": request.url.path}],
+            )
+        for other in named:
+            self.admit_run(other)
+
+    def admit_run(self, run_id: str) -> None:
+        """Raise ``permission_denied`` unless ``run_id`` is this run."""
+        if run_id != self.run_id:
+            raise PermissionDenied(
+                f"this token is held to run {self.run_id}: run {run_id[:80]!r} is not its run",
+                details=[{"run": self.run_id, "requestedRun": run_id[:80]}],
+            )
+
+
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: a token and its role, and for a share link the scope it is held to."""
+    """Who is calling: a token and its role, and the scope it is held to (a share link's
+    resource, or one run)."""
 
     token_id: str
     role: Role
@@ -94,10 +160,28 @@ class Principal:
         """Every permission the caller holds."""
         return self.scope.permissions if self.scope is not None else self.role.permissions
 
+    @property
+    def run_id(self) -> str | None:
+        """The one run this caller may touch; None when it is not held to a run."""
+        return self.scope.run_id if isinstance(self.scope, RunScope) else None
+
+    def admit_run(self, run_id: str) -> None:
+        """Raise ``permission_denied`` unless this caller may touch run ``run_id`` (for
+        routes whose body, not their path, names the runs)."""
+        if isinstance(self.scope, RunScope):
+            self.scope.admit_run(run_id)
+
     def require(self, permission: Permission) -> None:
         """Raise ``permission_denied`` unless this caller holds ``permission``."""
         if permission in self.permissions:
             return
+        if isinstance(self.scope, RunScope):
+            raise PermissionDenied(
+                f"a token held to run {self.scope.run_id} does not grant {permission.value}",
+                details=[
+                    {"permission": permission.value, "role": self.role.value, "run": self.run_id}
+                ],
+            )
         if self.scope is not None:
             raise PermissionDenied(
                 f"a share link does not grant {permission.value}",
@@ -142,6 +226,8 @@ class TokenDirectory:
             raise Unauthenticated("the API token is not valid (unknown or revoked)")
         if grant.expire_time is not None and grant.expire_time <= datetime.now(UTC):
             raise Unauthenticated(f"the API token expired at {grant.expire_time.isoformat()}")
+        if grant.run_id is not None:
+            return Principal(grant.token_id, grant.role, RunScope(grant.run_id, grant.role))
         return Principal(grant.token_id, grant.role)
 
     async def identify(self, authorization: str | None) -> Principal:
@@ -271,9 +357,13 @@ async def open_token_directory(
             await task
 
 
-def requires(permission: Permission) -> Any:
+def requires(permission: Permission, *, runs_in_body: bool = False) -> Any:
     """A FastAPI dependency that lets a request through only with ``permission`` (and, for a
     caller held to a scope, only inside it).
+
+    ``runs_in_body``: the route's body, not its path, names the runs it touches (OTLP), so a
+    caller held to a run passes here and the route checks every run it finds with
+    :meth:`Principal.admit_run` (the dependency yields the principal for that).
 
     The directory is ``app.state.tokens``. The returned dependency carries the permission
     as ``.permission`` so tests (and docs) can read what each route demands.
@@ -282,7 +372,7 @@ def requires(permission: Permission) -> Any:
     async def authorize(request: Request) -> Principal:
         directory: Authorizer = request.app.state.tokens
         principal = await directory.authorize(request.headers.get("authorization"), permission)
-        if principal.scope is not None:
+        if principal.scope is not None and not (runs_in_body and principal.run_id is not None):
             principal.scope.admit(permission, request)
         return principal
 

@@ -10,7 +10,7 @@ configs for logs), in the ``authorization`` header or gRPC metadata
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import grpc
 import structlog
@@ -31,8 +31,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from mldiag_ingestion.errors import InvalidBatch
 from mldiag_ingestion.handlers import _read_body
 from mldiag_ingestion.otlp.errors import InvalidOtlp
-from mldiag_ingestion.otlp.service import ExportResult, OtlpIngestion
-from mldiag_platform.auth import TokenDirectory, requires
+from mldiag_ingestion.otlp.service import AdmitRun, ExportResult, OtlpIngestion
+from mldiag_platform.auth import Principal, TokenDirectory, requires
 from mldiag_platform.errors import MldiagError, PermissionDenied, Unauthenticated
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.errors import ErrorBody
@@ -64,8 +64,9 @@ class _Signal:
 
     name: str
     permission: Permission
-    export: Callable[[OtlpIngestion, bytes, datetime], Awaitable[ExportResult]]
-    """Parses the protobuf body (``InvalidOtlp`` when it is not) and exports it."""
+    export: Callable[[OtlpIngestion, bytes, datetime, AdmitRun], Awaitable[ExportResult]]
+    """Parses the protobuf body (``InvalidOtlp`` when it is not) and exports it, if the
+    caller may write every run it names."""
     response: Callable[[ExportResult], Message]
 
 
@@ -89,19 +90,23 @@ def _logs_response(result: ExportResult) -> Message:
     )
 
 
-async def _export_metrics(otlp: OtlpIngestion, raw: bytes, at: datetime) -> ExportResult:
-    return await otlp.export(_parse(ExportMetricsServiceRequest, raw), at)
+async def _export_metrics(
+    otlp: OtlpIngestion, raw: bytes, at: datetime, admit_run: AdmitRun
+) -> ExportResult:
+    return await otlp.export(_parse(ExportMetricsServiceRequest, raw), at, admit_run)
 
 
-async def _export_logs(otlp: OtlpIngestion, raw: bytes, at: datetime) -> ExportResult:
-    return await otlp.export_logs(_parse(ExportLogsServiceRequest, raw), at)
+async def _export_logs(
+    otlp: OtlpIngestion, raw: bytes, at: datetime, admit_run: AdmitRun
+) -> ExportResult:
+    return await otlp.export_logs(_parse(ExportLogsServiceRequest, raw), at, admit_run)
 
 
 METRICS = _Signal("metrics", Permission.METRICS_WRITE, _export_metrics, _metrics_response)
 LOGS = _Signal("logs", Permission.CONFIGS_WRITE, _export_logs, _logs_response)
 
 
-async def _export_http(request: Request, signal: _Signal) -> Response:
+async def _export_http(request: Request, signal: _Signal, principal: Principal) -> Response:
     otlp: OtlpIngestion = request.app.state.otlp
     limit: int = request.app.state.settings.max_request_bytes
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -111,7 +116,7 @@ async def _export_http(request: Request, signal: _Signal) -> Response:
         body = await _read_body(request, limit)
     except InvalidBatch as exc:  # bad gzip: in OTLP's words
         raise InvalidOtlp(exc.message) from None
-    result = await signal.export(otlp, body, datetime.now(UTC))
+    result = await signal.export(otlp, body, datetime.now(UTC), principal.admit_run)
     return Response(signal.response(result).SerializeToString(), media_type=PROTOBUF)
 
 
@@ -126,26 +131,29 @@ _OTLP_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+# The runs are in the body: a token held to one run is checked against each (403 otherwise).
+_METRICS_WRITER = Annotated[Principal, requires(METRICS.permission, runs_in_body=True)]
+_LOGS_WRITER = Annotated[Principal, requires(LOGS.permission, runs_in_body=True)]
+
+
 @router.post(
     "/v1/metrics",
-    dependencies=[requires(METRICS.permission)],
     openapi_extra=_protobuf_body("ExportMetricsServiceRequest"),
     responses=_OTLP_ERRORS,
 )
-async def export_metrics(request: Request) -> Response:
+async def export_metrics(request: Request, principal: _METRICS_WRITER) -> Response:
     """OTLP/HTTP metrics with protobuf bodies (gzip allowed); JSON OTLP is not accepted."""
-    return await _export_http(request, METRICS)
+    return await _export_http(request, METRICS, principal)
 
 
 @router.post(
     "/v1/logs",
-    dependencies=[requires(LOGS.permission)],
     openapi_extra=_protobuf_body("ExportLogsServiceRequest"),
     responses=_OTLP_ERRORS,
 )
-async def export_logs(request: Request) -> Response:
+async def export_logs(request: Request, principal: _LOGS_WRITER) -> Response:
     """OTLP/HTTP logs (the official SDK's configs records) with protobuf bodies."""
-    return await _export_http(request, LOGS)
+    return await _export_http(request, LOGS, principal)
 
 
 class ExportServicer:
@@ -165,7 +173,7 @@ class ExportServicer:
         metadata = dict(context.invocation_metadata() or ())
         authorization = metadata.get("authorization")
         try:
-            await self._tokens.authorize(
+            principal = await self._tokens.authorize(
                 authorization if isinstance(authorization, str) else None,
                 self._signal.permission,
             )
@@ -174,7 +182,11 @@ class ExportServicer:
         except PermissionDenied as exc:
             await context.abort(StatusCode.PERMISSION_DENIED, f"{exc.code}: {exc.message}")
         try:
-            result = await self._signal.export(self._otlp, raw, datetime.now(UTC))
+            result = await self._signal.export(
+                self._otlp, raw, datetime.now(UTC), principal.admit_run
+            )
+        except PermissionDenied as exc:  # a token held to another run
+            await context.abort(StatusCode.PERMISSION_DENIED, f"{exc.code}: {exc.message}")
         except MldiagError as exc:
             status = StatusCode.UNAVAILABLE if exc.retryable else StatusCode.INVALID_ARGUMENT
             log.warning(

@@ -27,7 +27,7 @@ import json
 import math
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -343,6 +343,14 @@ def _series_key(point: OtlpPoint) -> tuple[str, str, str, _Attrs]:
     return point.run_id, point.name, point.host, point.labels
 
 
+AdmitRun = Callable[[str], None]
+"""Raises ``permission_denied`` for a run the caller may not write."""
+
+
+def _any_run(run_id: str) -> None:
+    """Every run is open (a caller not held to one run)."""
+
+
 class OtlpIngestion:
     """Writes mapped metric exports through :class:`IngestionService`, one write per run,
     and publishes configs records.
@@ -364,10 +372,19 @@ class OtlpIngestion:
         self._cache_size = cache_size
 
     async def export(
-        self, request: ExportMetricsServiceRequest, received_at: datetime
+        self,
+        request: ExportMetricsServiceRequest,
+        received_at: datetime,
+        admit_run: AdmitRun = _any_run,
     ) -> ExportResult:
-        """Map, validate and publish an export; answer once every accepted point is stored."""
+        """Map, validate and publish an export; answer once every accepted point is stored.
+
+        ``admit_run`` raises ``permission_denied`` for a run the caller may not write (a
+        token held to one run): nothing of the export is published then.
+        """
         mapped = map_export(request)
+        for run_id in sorted({point.run_id for point in mapped.points}):
+            admit_run(run_id)
         fresh = [point for point in mapped.points if not self._seen(point)]
         by_run: dict[str, dict[tuple[str, str, str, _Attrs], list[OtlpPoint]]] = {}
         for point in fresh:
@@ -407,10 +424,16 @@ class OtlpIngestion:
         return ExportResult(accepted, mapped.rejected, "; ".join(mapped.problems))
 
     async def export_logs(
-        self, request: ExportLogsServiceRequest, received_at: datetime
+        self,
+        request: ExportLogsServiceRequest,
+        received_at: datetime,
+        admit_run: AdmitRun = _any_run,
     ) -> ExportResult:
-        """Publish the configs records of a logs export; answer once JetStream has them."""
+        """Publish the configs records of a logs export; answer once JetStream has them
+        (``admit_run`` as for :meth:`export`)."""
         mapped = map_logs(request, received_at)
+        for run_id in sorted({report.run_id for report in mapped.reports}):
+            admit_run(run_id)
         if mapped.reports:
             await self._publisher.publish_many(mapped.reports)
         log.info(

@@ -41,7 +41,7 @@ def _public_url(request: Request) -> str:
 async def describe_caller(caller: CallerDep, service: ServiceDep) -> Response:
     """The caller's role and permissions (and for a share link, what it opens)."""
     permissions = sorted(permission.value for permission in caller.permissions)
-    if caller.scope is not None:
+    if caller.scope is not None and caller.run_id is None:  # a share link, not a run token
         link = await service.link(caller.token_id)
         return ContractResponse(
             Caller(token_id=caller.token_id, role=SHARED_ROLE, permissions=permissions, share=link)
