@@ -11,6 +11,13 @@ signal for a signal, as a shell does).
 An SDK inside the program attaches to the same run (``MLDIAG_RUN_ID``) and is told the run
 is not its own to create or end (``MLDIAG_CREATE_RUN=0``): the wrapper, which outlives the
 program, decides the final state.
+
+``--replica NAME`` is the launcher of a training job's replica (an executor starts it): it
+attaches to the job's run (``MLDIAG_RUN_ID``) without creating or ending it (the training
+service owns the run's state), sends heartbeats and system metrics with NAME as the host,
+reports a failed exit as a signal, writes ``--exit-file`` atomically for the executor and
+exits with the program's status. A platform that cannot be reached never holds or fails
+the replica: telemetry is spooled and the final flush is short.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import argparse
 import codecs
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -27,7 +35,9 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import partial
+from pathlib import Path
 from types import FrameType
 from typing import IO, Any, TextIO
 
@@ -66,6 +76,9 @@ _DRAIN_SECONDS = 2.0
 """How long the output may keep flowing after the program ended (a process it left behind
 may hold the pipe open for ever)."""
 _CREATE_WAIT_SECONDS = 5.0
+_REPLICA_SHUTDOWN_SECONDS = 5.0
+"""Most seconds a replica's launcher spends flushing telemetry after the program ended."""
+_REPLICA_HEARTBEAT_SECONDS = 10.0
 _NEAR_LIMIT = 0.9
 _OOM_MARKERS = (
     "MemoryError",
@@ -130,10 +143,22 @@ def add_run_command(commands: argparse._SubParsersAction[argparse.ArgumentParser
     parser.add_argument(
         "--heartbeat-interval",
         type=seconds_argument,
-        default=0.0,
+        default=None,
         metavar="SECONDS",
         help="heartbeats of the wrapper itself, 0 for none [0: an SDK in the program sends its"
-        " own]",
+        " own; with --replica $MLDIAG_HEARTBEAT_INTERVAL or 10]",
+    )
+    parser.add_argument(
+        "--replica",
+        metavar="NAME",
+        help="launch a training job's replica NAME (e.g. workerpool0-0): attach to the run "
+        "$MLDIAG_RUN_ID without creating or ending it, with NAME as the host",
+    )
+    parser.add_argument(
+        "--exit-file",
+        type=Path,
+        metavar="PATH",
+        help="write how the program ended here (JSON, atomically) when it ends",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="do not print the run id")
     add_platform_options(parser)
@@ -162,9 +187,14 @@ def run_command(args: argparse.Namespace) -> int:
     command: list[str] = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
+    exit_file: Path | None = args.exit_file
     if not command:
-        print("mldiag run: error: no command given (mldiag run -- COMMAND ...)", file=sys.stderr)
+        message = "mldiag run: error: no command given (mldiag run -- COMMAND ...)"
+        print(message, file=sys.stderr)
+        write_exit_file(exit_file, 2, message)
         return 2
+    if args.replica is not None:
+        return _run_replica(args, command, exit_file)
     interval = args.interval
     if interval is None:
         interval = env_seconds(os.environ, "MLDIAG_SYSTEM_METRICS_INTERVAL", 10.0)
@@ -185,7 +215,7 @@ def run_command(args: argparse.Namespace) -> int:
         token=args.token,
         handle_exit=False,  # the wrapper ends the run itself, from the program's exit
         log_system_metrics=False,  # sampled below: the program's tree, not this process
-        heartbeat_interval=args.heartbeat_interval,
+        heartbeat_interval=args.heartbeat_interval or 0.0,
         control=control,
     )
     if not args.quiet:
@@ -197,8 +227,71 @@ def run_command(args: argparse.Namespace) -> int:
         tail_lines=args.tail_lines,
         interval=interval,
         created=control.answered if run.is_primary else None,
+        exit_file=exit_file,
     )
     return supervisor.run()
+
+
+def _run_replica(args: argparse.Namespace, command: list[str], exit_file: Path | None) -> int:
+    """``mldiag run --replica NAME``: a job's replica, in the job's run (see the module)."""
+    replica: str = args.replica
+    run_id = args.run_id or os.environ.get(RUN_ID_ENV, "")
+    if not replica or not run_id:
+        message = "mldiag run: error: --replica needs a NAME and the run ($MLDIAG_RUN_ID)"
+        print(message, file=sys.stderr)
+        write_exit_file(exit_file, 2, message)
+        return 2
+    # The replica is the host of everything recorded, here and in an SDK in the program;
+    # the run is the training service's to create and end.
+    os.environ["MLDIAG_HOST"] = replica
+    os.environ[CREATE_RUN_ENV] = "0"
+    interval = args.interval
+    if interval is None:
+        interval = env_seconds(os.environ, "MLDIAG_SYSTEM_METRICS_INTERVAL", 10.0)
+    heartbeat = args.heartbeat_interval
+    if heartbeat is None:
+        heartbeat = env_seconds(os.environ, "MLDIAG_HEARTBEAT_INTERVAL", _REPLICA_HEARTBEAT_SECONDS)
+    run = mldiag.init(
+        name=args.name,
+        run_id=run_id,
+        api_url=args.api_url,
+        ingestion_url=args.ingestion_url,
+        token=args.token,
+        create_run=False,
+        handle_exit=False,
+        replay_all=False,  # a replica replays its own run's spool, not the machine's
+        log_system_metrics=False,
+        heartbeat_interval=heartbeat,
+        shutdown_timeout=_REPLICA_SHUTDOWN_SECONDS,
+    )
+    supervisor = Supervisor(
+        run,
+        command,
+        environment=child_environment(run, token=args.token, sampled=interval > 0),
+        tail_lines=args.tail_lines,
+        interval=interval,
+        exit_file=exit_file,
+    )
+    return supervisor.run()
+
+
+def write_exit_file(path: Path | None, status: int, message: str) -> None:
+    """Write ``{exit_code, ended_at, message}`` to ``path`` through a temporary name beside
+    it, so a reader (the executor) never sees half of it; nothing when ``path`` is None."""
+    if path is None:
+        return
+    record = {
+        "exit_code": status,
+        "ended_at": datetime.now(UTC).isoformat(),
+        "message": message[-MAX_MESSAGE_CHARS:],
+    }
+    temporary = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_text(json.dumps(record))
+        temporary.replace(path)
+    except OSError as error:
+        logger.warning("mldiag.run.exit_file_failed path=%s error=%r", path, error)
 
 
 def child_environment(run: Run, *, token: str | None, sampled: bool) -> dict[str, str]:
@@ -313,8 +406,10 @@ class Supervisor:
         tail_lines: int,
         interval: float,
         created: threading.Event | None = None,
+        exit_file: Path | None = None,
     ) -> None:
         self._run = run
+        self._exit_file = exit_file
         self._created = created
         self._command = command
         self._environment = environment
@@ -346,6 +441,9 @@ class Supervisor:
             self._created.wait(_CREATE_WAIT_SECONDS)
         if self._stop_before_start is not None:
             name = _signal_name(self._stop_before_start)
+            write_exit_file(
+                self._exit_file, 128 + self._stop_before_start, f"{name} before the program started"
+            )
             self._report_received()
             self._run.finish("FAILED", error=f"{name} before the program started", error_code=name)
             return 128 + self._stop_before_start
@@ -359,8 +457,10 @@ class Supervisor:
             )
         except OSError as error:
             print(f"mldiag run: cannot start {self._command[0]!r}: {error}", file=sys.stderr)
+            status = 126 if isinstance(error, PermissionError) else 127
+            write_exit_file(self._exit_file, status, f"cannot start {self._command[0]!r}: {error}")
             self._run.finish("FAILED", error=f"cannot start: {error}", error_code="exec_failed")
-            return 126 if isinstance(error, PermissionError) else 127
+            return status
         self._process = process
         if (late := self._early_stop()) is not None:  # it came while the program started
             with contextlib.suppress(OSError):
@@ -391,10 +491,12 @@ class Supervisor:
         report = classify_exit(
             returncode, oom_evidence=self._oom_evidence(oom_kills_before, stdout + stderr)
         )
+        message = _last_chars(stderr or stdout, MAX_MESSAGE_CHARS) or _summary(report)
+        # First, so that whoever waits on it learns at once, however long the flush below.
+        write_exit_file(self._exit_file, report.status, "" if report.succeeded else message)
         if report.succeeded:
             self._run.finish("COMPLETED")
             return 0
-        message = _last_chars(stderr or stdout, MAX_MESSAGE_CHARS) or _summary(report)
         self._run.report_signal(
             SignalKind.PROCESS_EXITED,
             exit_code=report.exit_code,

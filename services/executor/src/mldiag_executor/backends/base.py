@@ -62,6 +62,9 @@ class PreparedLaunch:
     """When the job times out (the backend kills the attempt then)."""
     notes: list[str] = field(default_factory=list)
     """Lines for the head of the replica's stderr log (e.g. an unmatched image)."""
+    outputs: list[tuple[Path, str]] = field(default_factory=list)
+    """(local directory, URI) of output directories to push at exit (GCS storage only;
+    with file storage outputs are written in place)."""
 
 
 @dataclass(frozen=True, slots=True)
