@@ -10,11 +10,17 @@ import httpx
 import pytest
 
 from conftest import ApiTokens
+from mldiag_platform.bus import Publisher
+from mldiag_platform.outbox import Outbox
 from mldiag_platform.settings import NatsSettings
 from mldiag_schemas import bus
 from mldiag_schemas.auth import Role
-from mldiag_schemas.jobs import JobState
+from mldiag_schemas.jobs import CustomJobSpec, JobState
 from mldiag_schemas.replicas import CustomJobCreated, CustomJobStateChanged
+from mldiag_training.jobs.repository import JobsRepository
+from mldiag_training.jobs.service import JobsService
+from mldiag_training.jobs.validation import parse_custom_job
+from mldiag_training.scheduler.machines import MachineTable
 from support import read_messages, wait_until
 from training.jobs.test_validation import container_pool, sdk_job
 
@@ -177,14 +183,14 @@ async def test_list_filters_orders_and_pages(training_api: httpx.AsyncClient) ->
 
 
 BAD_LIST_QUERIES = [
-        ("filter=colour=blue", "invalid_filter"),
-        ("filter=state=JOB_STATE_SLEEPING", "invalid_filter"),
-        ("filter=(state=1", "invalid_filter"),
-        ("orderBy=labels", "invalid_order_by"),
-        ("orderBy=end_time", "invalid_order_by"),
-        ("pageSize=-1", "invalid_page_size"),
-        ("pageSize=many", "invalid_page_size"),
-        ("pageToken=garbage", "invalid_page_token"),
+    ("filter=colour=blue", "invalid_filter"),
+    ("filter=state=JOB_STATE_SLEEPING", "invalid_filter"),
+    ("filter=(state=1", "invalid_filter"),
+    ("orderBy=labels", "invalid_order_by"),
+    ("orderBy=end_time", "invalid_order_by"),
+    ("pageSize=-1", "invalid_page_size"),
+    ("pageSize=many", "invalid_page_size"),
+    ("pageToken=garbage", "invalid_page_token"),
 ]
 
 
@@ -298,25 +304,29 @@ async def test_replicas_are_listed_by_pool_and_index(
 
 
 BAD_BODIES = [
-        ({**sdk_job(), "colour": "blue"}, 400, "colour"),
-        ({**sdk_job(), "displayName": 7}, 400, "displayName"),
-        (sdk_job(workerPoolSpecs=[]), 400, "jobSpec.workerPoolSpecs"),
-        (sdk_job(workerPoolSpecs=[{}, container_pool()]), 400, "jobSpec.workerPoolSpecs"),
-        (sdk_job(workerPoolSpecs=[container_pool(), {}]), 400, "jobSpec.workerPoolSpecs"),
-        (sdk_job(workerPoolSpecs=[container_pool("2")]), 400, "jobSpec.workerPoolSpecs[0].replicaCount"),
-        (
-            sdk_job(workerPoolSpecs=[container_pool(), container_pool("1", "z9-imaginary")]),
-            400,
-            "jobSpec.workerPoolSpecs[1].machineSpec.machineType",
-        ),
-        (sdk_job(network="vpc"), 501, "jobSpec.network"),
-        (sdk_job(scheduling={"strategy": "FLEX_START"}), 501, "jobSpec.scheduling.strategy"),
-        (
-            sdk_job(baseOutputDirectory={"outputUriPrefix": "/tmp/x"}),
-            400,
-            "jobSpec.baseOutputDirectory.outputUriPrefix",
-        ),
-        ({**sdk_job(), "labels": {"Bad": "x"}}, 400, "labels.Bad.[key]"),
+    ({**sdk_job(), "colour": "blue"}, 400, "colour"),
+    ({**sdk_job(), "displayName": 7}, 400, "displayName"),
+    (sdk_job(workerPoolSpecs=[]), 400, "jobSpec.workerPoolSpecs"),
+    (sdk_job(workerPoolSpecs=[{}, container_pool()]), 400, "jobSpec.workerPoolSpecs"),
+    (sdk_job(workerPoolSpecs=[container_pool(), {}]), 400, "jobSpec.workerPoolSpecs"),
+    (
+        sdk_job(workerPoolSpecs=[container_pool("2")]),
+        400,
+        "jobSpec.workerPoolSpecs[0].replicaCount",
+    ),
+    (
+        sdk_job(workerPoolSpecs=[container_pool(), container_pool("1", "z9-imaginary")]),
+        400,
+        "jobSpec.workerPoolSpecs[1].machineSpec.machineType",
+    ),
+    (sdk_job(network="vpc"), 501, "jobSpec.network"),
+    (sdk_job(scheduling={"strategy": "FLEX_START"}), 501, "jobSpec.scheduling.strategy"),
+    (
+        sdk_job(baseOutputDirectory={"outputUriPrefix": "/tmp/x"}),
+        400,
+        "jobSpec.baseOutputDirectory.outputUriPrefix",
+    ),
+    ({**sdk_job(), "labels": {"Bad": "x"}}, 400, "labels.Bad.[key]"),
 ]
 """One of each kind (test_validation.py has them all); here: through HTTP, nothing kept."""
 
@@ -378,3 +388,31 @@ async def test_routing_errors_speak_vertex_too(training_api: httpx.AsyncClient) 
     wrong = await training_api.put("/v1/customJobs")
     assert wrong.status_code == 405
     assert wrong.json()["error"]["code"] == 405
+
+
+class LateScheduler:
+    """A scheduler whose nudges fail (its tick would find the jobs anyway)."""
+
+    async def refuse_unfittable(self, spec: CustomJobSpec) -> None:
+        del spec
+
+    async def job_created(self, job_id: str) -> None:
+        raise RuntimeError(f"scheduler busy with {job_id}")
+
+    async def cancel_requested(self, job_id: str) -> None:
+        raise RuntimeError(f"scheduler busy with {job_id}")
+
+
+async def test_a_failing_scheduler_nudge_loses_nothing(
+    training_api: httpx.AsyncClient, training_db: asyncpg.Pool, publisher: Publisher
+) -> None:
+    outbox = Outbox(training_db, publisher)
+    service = JobsService(
+        JobsRepository(training_db, outbox), outbox, LateScheduler(), MachineTable()
+    )
+    job = await service.create("default", "local", parse_custom_job(json.dumps(sdk_job()).encode()))
+    await service.cancel("default", "local", job_id(job.model_dump(mode="json")))
+    stored = (
+        await training_api.get(f"/v1/customJobs/{job_id(job.model_dump(mode='json'))}")
+    ).json()
+    assert stored["state"] in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")

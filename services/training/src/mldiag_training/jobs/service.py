@@ -9,8 +9,11 @@ it CANCELLED. Only an ended job may be deleted.
 import hashlib
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
+
+import structlog
 
 from mldiag_platform.outbox import Flusher
 from mldiag_schemas.jobs import (
@@ -42,6 +45,8 @@ from mldiag_training.jobs.repository import JobsRepository, job_name
 from mldiag_training.jobs.validation import MachineResolver, check_machines
 from mldiag_training.paging import decode_token, encode_token, page_size, token_text, token_time
 from mldiag_training.vertex import enum_name
+
+log = structlog.get_logger(__name__)
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
@@ -170,7 +175,7 @@ class JobsService:
         else:  # pragma: no cover - 1000 ids per microsecond would have to collide
             raise RuntimeError("no free job id after several attempts")
         await self._flusher.flush()
-        await self._scheduler.job_created(job_id)
+        await _nudge(self._scheduler.job_created, job_id)
         return job
 
     async def get(self, project: str, location: str, job_id: str) -> CustomJob:
@@ -233,7 +238,7 @@ class JobsService:
             )
         if previous in CANCELLABLE:
             await self._flusher.flush()
-        await self._scheduler.cancel_requested(job_id)
+        await _nudge(self._scheduler.cancel_requested, job_id)
 
     async def delete(self, project: str, location: str, job_id: str) -> str:
         """Delete an ended job (FAILED_PRECONDITION otherwise); answers the name of the
@@ -254,6 +259,15 @@ class JobsService:
         if replicas is None:
             raise _not_found(project, location, job_id)
         return ListReplicasResponse(replicas=replicas)
+
+
+async def _nudge(call: Callable[[str], Awaitable[None]], job_id: str) -> None:
+    """Tell the scheduler now; if that fails, its next tick finds the committed change
+    anyway, so the caller still hears that its request was taken."""
+    try:
+        await call(job_id)
+    except Exception:  # committed already: a late scheduler is not an error
+        log.exception("jobs.scheduler_nudge_failed", job_id=job_id)
 
 
 def _not_found(project: str, location: str, job_id: str) -> CustomJobNotFound:
