@@ -388,6 +388,9 @@ async def test_routing_errors_speak_vertex_too(training_api: httpx.AsyncClient) 
     wrong = await training_api.put("/v1/customJobs")
     assert wrong.status_code == 405
     assert wrong.json()["error"]["code"] == 405
+    control = await training_api.get("/v1/customJobs", params={"filter": "state=\x01"})
+    assert control.status_code == 400
+    assert control.json()["error"]["status"] == "INVALID_ARGUMENT"
 
 
 class LateScheduler:
