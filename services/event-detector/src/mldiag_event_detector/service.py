@@ -62,6 +62,9 @@ def _run_fact(state: RunState, message: RunCreated | RunUpdated, now: datetime) 
     if len(parts) >= 4:
         state.project, state.location = parts[1], parts[3]
     state.rules = run.monitoring
+    custom = run.workload_details.custom
+    if custom is not None and "/customJobs/" in custom.id:
+        state.job = custom.id  # run-registry names the job here (and nothing else does)
     if isinstance(message, RunUpdated) and "configs" in message.update_mask:
         at = f" at step {_last_step(state)}" if _last_step(state) is not None else ""
         state.config_changes.append(f"{now.isoformat()} configs updated{at}")

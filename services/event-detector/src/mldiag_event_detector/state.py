@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Sequence
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from mldiag_schemas.events import WorkloadEvent
 from mldiag_schemas.monitoring import MonitoringRules
@@ -166,6 +166,13 @@ class RunState(State):
     incarnation: int = 0
     """Bumped when an ended run becomes active again."""
     max_step_before_restart: int | None = None
+    job: str = ""
+    """The training job that runs this run (its resource name, from the run's custom
+    workload); empty for other runs. A job restarts its replicas and ends its run itself, so
+    a replica going down is not the run's end: see ``liveness``."""
+    downs: dict[str, dict[str, JsonValue]] = Field(default_factory=dict)
+    """Replicas of a job's run that went down and have not come back, by host: why (the
+    most telling reason) and when (``at``)."""
 
     def host(self, name: str) -> HostState:
         """The host's state, created on first sight."""

@@ -1,4 +1,12 @@
-"""Liveness: hangs, orchestrator interruptions (signals, restarts) and terminations."""
+"""Liveness: hangs, orchestrator interruptions (signals, restarts) and terminations.
+
+A training job's run (``RunState.job``) is different in one way: its replicas go down and
+come back under the job's control, and the job ends the run. So a replica's exit, exception
+or SIGTERM is remembered (``RunState.downs``) rather than judged; the replica coming back (a
+new process under the same host name) is the ORCHESTRATOR_INTERRUPTION, opened from when it
+went down; and the job's failure (the run FAILED by run-registry) is the one TERMINATION,
+with the most telling reason a replica left. A cancelled job terminates nothing.
+"""
 
 import re
 from datetime import datetime, timedelta
@@ -153,7 +161,12 @@ def on_progress(book: EventBook, host: str, step: int, now: datetime) -> None:
 
 
 def _interruption(
-    book: EventBook, host: str, cause: str, facts: dict[str, str | int | None], at: datetime
+    book: EventBook,
+    host: str,
+    cause: str,
+    facts: dict[str, str | int | None],
+    at: datetime,
+    since: datetime | None = None,
 ) -> None:
     state = book.state
     if not book.policy.enabled(RuleName.INTERRUPTION):
@@ -170,7 +183,7 @@ def _interruption(
             type=EventType.ORCHESTRATOR_INTERRUPTION,
             severity=Severity.WARNING,
             display_name=current.display_name if current else f"Interrupted: {cause}",
-            start_time=current.start_time if current else (last_progress(state) or at),
+            start_time=current.start_time if current else (last_progress(state) or since or at),
             hosts=hosts,
             evidence=Evidence(facts={**previous, **facts, "causes": causes}),
         ),
@@ -201,11 +214,66 @@ def on_new_process(
 ) -> None:
     """A process index came back with a new pid: the process was restarted."""
     host.restarts += 1
-    book.state.note(f"{now.isoformat()} new process on {name or 'host'}: pid {old_pid} → {new_pid}")
+    state = book.state
+    state.note(f"{now.isoformat()} new process on {name or 'host'}: pid {old_pid} → {new_pid}")
     if host.last_step is not None:
-        state = book.state
         state.max_step_before_restart = max(state.max_step_before_restart or 0, host.last_step)
-    _interruption(book, name, f"process restarted (pid {old_pid} → {new_pid})", {}, now)
+    cause = f"process restarted (pid {old_pid} → {new_pid})"
+    down = state.downs.pop(name, None) if state.job else None
+    if down is None:
+        _interruption(book, name, cause, {}, now)
+    else:  # a job's replica came back: the interruption runs from when it went down
+        why = down.get("classification") or "went down"
+        _interruption(
+            book,
+            name,
+            f"{name or 'a replica'} went down ({why}) and the job restarted it; {cause}",
+            {"restartedReplica": name, "downClassification": str(why)},
+            now,
+            since=_down_time(down) or now,
+        )
+    event = state.open_events.get(INTERRUPTION)
+    if (
+        state.job
+        and event is not None
+        and state.max_step_before_restart is None
+        and not state.downs
+    ):
+        # No step to catch up on and every replica is back: the job has recovered.
+        book.clear(
+            INTERRUPTION,
+            now,
+            time_lost_seconds=(now - event.start_time).total_seconds(),
+            facts={"recoveredBy": "every replica running again"},
+        )
+
+
+def _down_time(down: dict[str, JsonValue]) -> datetime | None:
+    at = down.get("at")
+    return datetime.fromisoformat(at) if isinstance(at, str) else None
+
+
+def _replica_down(
+    book: EventBook, signal: SignalRequest, facts: dict[str, str | int | None], at: datetime
+) -> None:
+    """A replica of a job's run went down: remember why, keeping the most telling reason (a
+    SIGTERM is what the job sends the others once one has failed, so it yields to any other
+    reason). A signal from a process already replaced (a new pid beats under its host) is
+    history, not a replica down."""
+    state = book.state
+    host = state.host(signal.host)
+    beat = host.heartbeats.get(str(signal.process_index))
+    if beat is not None and beat.pid and signal.pid and beat.pid != signal.pid:
+        return
+    if host.last_step is not None:
+        state.max_step_before_restart = max(state.max_step_before_restart or 0, host.last_step)
+    current = state.downs.get(signal.host)
+    if current is not None and not (
+        current.get("classification") == "killed" and facts.get("classification") != "killed"
+    ):
+        return
+    kept: dict[str, JsonValue] = {k: v for k, v in facts.items() if v not in (None, "")}
+    state.downs[signal.host] = {**kept, "at": at.isoformat()}
 
 
 # --- signals and terminations ----------------------------------------------------------------
@@ -294,6 +362,10 @@ def on_signal(book: EventBook, signal: SignalRequest, at: datetime) -> None:
     where = signal.host or "host"
     if signal.kind is SignalKind.SIGTERM:
         state.note(f"{at.isoformat()} SIGTERM on {where}")
+        if state.job:  # the job stops its replicas itself: a restart, a cancel or its end
+            down = {"classification": "killed", "source": "SIGTERM", "signal": "SIGTERM"}
+            _replica_down(book, signal, dict(down), at)
+            return
         _interruption(book, signal.host, "SIGTERM", {"signal": "SIGTERM"}, at)
     elif signal.kind is SignalKind.PREEMPTION_NOTICE:
         state.note(f"{at.isoformat()} preemption notice on {where}: {signal.reason}")
@@ -318,6 +390,9 @@ def on_signal(book: EventBook, signal: SignalRequest, at: datetime) -> None:
             "message": signal.message[-4000:],
             "step": signal.step,
         }
+        if state.job:
+            _replica_down(book, signal, facts, at)
+            return
         _termination(book, signal.host, facts, at)
 
 
@@ -334,7 +409,9 @@ def on_phase(book: EventBook, phase: str, error: ErrorDetails | None, at: dateti
             state.note(f"{at.isoformat()} run active again")
         return
     state.ended_at = at
-    if phase == "FAILED":
+    if phase == "FAILED" and state.job:
+        _job_failed(book, error, at)
+    elif phase == "FAILED":
         message = error.message if error else ""
         code = error.code if error else None
         signal = next((s for s in ("SIGTERM", "SIGKILL", "SIGINT") if s in message), None)
@@ -355,4 +432,39 @@ def on_phase(book: EventBook, phase: str, error: ErrorDetails | None, at: dateti
             },
             at,
         )
+    state.downs.clear()
     book.clear_all(at)
+
+
+JOB_CANCELLED = "JOB_CANCELLED"
+"""``errorDetails.reason`` of the run of a cancelled job (run-registry's jobs room)."""
+
+
+def _job_failed(book: EventBook, error: ErrorDetails | None, at: datetime) -> None:
+    """The job failed (its run is FAILED): one termination, with the most telling reason a
+    replica left (an error over a SIGTERM, then the earliest); none for a cancel."""
+    state = book.state
+    if error is not None and error.reason == JOB_CANCELLED:
+        state.note(f"{at.isoformat()} job cancelled")
+        return
+    downs = sorted(state.downs.items(), key=lambda item: str(item[1].get("at", "")))
+    telling = [item for item in downs if item[1].get("classification") != "killed"] or downs
+    message = error.message if error else ""
+    facts: dict[str, str | int | None] = {
+        "source": "job",
+        "jobErrorCode": error.code if error else None,
+        "jobError": message[-4000:],
+    }
+    host = ""
+    if telling:
+        host, down = telling[0]
+        facts |= {
+            key: value
+            for key, value in down.items()
+            if key != "at" and isinstance(value, str | int) and key != "source"
+        }
+        facts["replicaSignal"] = str(down.get("source", ""))
+    else:
+        facts["classification"] = classify(message=message)
+        facts["message"] = message[-4000:]
+    _termination(book, host, facts, at)
