@@ -135,3 +135,14 @@ async def test_file_operations_keys_cannot_escape_the_root(
     with pytest.raises(InvalidArgument):
         await store.size(key)
     assert not (tmp_path / "out.pb").exists()
+
+
+async def test_read_range_reads_a_growing_object_piece_by_piece(store: ObjectStore) -> None:
+    await store.put("jobs/1/logs/stdout.log", b"0123456789")
+    assert await store.read_range("jobs/1/logs/stdout.log", 0, 4) == b"0123"
+    assert await store.read_range("jobs/1/logs/stdout.log", 3, 100) == b"3456789"
+    assert await store.read_range("jobs/1/logs/stdout.log", 10, 5) == b""  # at the end
+    assert await store.read_range("jobs/1/logs/stdout.log", 12, 5) == b""  # past it
+    assert await store.read_range("jobs/1/logs/stdout.log", 0, 0) == b""
+    with pytest.raises(NotFound):
+        await store.read_range("jobs/1/logs/missing.log", 0, 5)

@@ -15,6 +15,7 @@ from mldiag_schemas.analyses import ListAnalysesResponse
 from mldiag_schemas.auth import Caller, CreatedToken, CreateTokenRequest, ListTokensResponse
 from mldiag_schemas.errors import ErrorBody
 from mldiag_schemas.events import ListEventsResponse, WorkloadEvent
+from mldiag_schemas.files import ListJobLogsResponse, UploadedPackage
 from mldiag_schemas.goodput import GoodputResponse
 from mldiag_schemas.jobs import (
     CustomJob,
@@ -114,6 +115,8 @@ RESOURCE_TYPES: tuple[type[BaseModel], ...] = (
     ListCustomJobsResponse,
     ListReplicasResponse,
     VertexErrorBody,
+    UploadedPackage,
+    ListJobLogsResponse,
 )
 """HTTP request and response bodies."""
 

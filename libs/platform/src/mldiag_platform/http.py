@@ -7,7 +7,7 @@ import asyncio
 import re
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -266,17 +266,31 @@ class BodyLimit:
     at once when its Content-Length says so, else as soon as the bytes read pass the limit
     (chunked bodies too), so no more than the limit is ever held in memory."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, render: ErrorRenderer = _mldiag_error) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        render: ErrorRenderer = _mldiag_error,
+        prefix_limits: Mapping[str, int] | None = None,
+    ) -> None:
         self._app = app
         self._max_bytes = max_bytes
         self._render = render
+        # Longest prefix first, so a nested prefix wins over its parent.
+        self._prefix_limits = sorted((prefix_limits or {}).items(), key=lambda p: -len(p[0]))
+
+    def _limit_of(self, path: str) -> int:
+        for prefix, limit in self._prefix_limits:
+            if path.startswith(prefix):
+                return limit
+        return self._max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass the request on with a receive that counts its body."""
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        limit = self._max_bytes
+        limit = self._limit_of(scope["path"])
         declared = dict(scope["headers"]).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > limit:
             await _too_large(limit, self._render)(scope, receive, send)
@@ -328,6 +342,7 @@ def create_http_app(
     checks: dict[str, HealthCheck],
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     errors: ErrorShape = MLDIAG_ERRORS,
+    body_limits: Mapping[str, int] | None = None,
 ) -> FastAPI:
     """A FastAPI app with ``/healthz``, ``/metrics``, request events and the error boundary.
 
@@ -336,7 +351,9 @@ def create_http_app(
     :class:`BodyLimit` (at ``max_body_bytes``) before routing. ``errors`` is the shape of
     every failure the app answers (a service speaking another API's dialect, like the
     training service's Vertex errors, chooses its own); with another shape than mldiag's,
-    routing's own 404 and 405 take it too.
+    routing's own 404 and 405 take it too. ``body_limits`` gives paths under a prefix their
+    own limit instead (uploads: ``{"/upload/": 256 MiB}``), so one large route does not
+    raise every route's.
     """
     app = FastAPI(
         title=f"mldiag {service}", lifespan=lifespan, responses=_error_responses(errors.model)
@@ -394,7 +411,9 @@ def create_http_app(
             return render(exc.status_code, code, str(exc.detail), [])
 
     # Inside the request events (added before them), so their 400s and 413s are counted.
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, render=render)
+    app.add_middleware(
+        BodyLimit, max_bytes=max_body_bytes, render=render, prefix_limits=body_limits
+    )
     app.add_middleware(CheckedRequestTarget, render=render)
 
     @app.middleware("http")

@@ -55,6 +55,12 @@ class ObjectStore(Protocol):
         """The size of ``key`` in bytes; raise :class:`NotFound` when it does not exist."""
         ...
 
+    async def read_range(self, key: str, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes of ``key`` from ``offset`` (fewer at its end, none past
+        it), for reading a log that is still growing; raise :class:`NotFound` when ``key``
+        does not exist."""
+        ...
+
 
 def _clean_key(key: str) -> str:
     path = PurePosixPath(key)
@@ -131,6 +137,20 @@ class FileStore:
         except FileNotFoundError:
             raise NotFound(f"object {key!r} not found") from None
         return stat.st_size
+
+    async def read_range(self, key: str, offset: int, length: int) -> bytes:
+        """Seek and read, or raise :class:`NotFound`."""
+        path = self.path_of(key)
+
+        def read() -> bytes:
+            with path.open("rb") as file:
+                file.seek(offset)
+                return file.read(length)
+
+        try:
+            return await asyncio.to_thread(read)
+        except FileNotFoundError:
+            raise NotFound(f"object {key!r} not found") from None
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -247,6 +267,26 @@ class GcsStore:
         if blob is None:
             raise NotFound(f"object {key!r} not found")
         return int(blob.size)
+
+    async def read_range(self, key: str, offset: int, length: int) -> bytes:
+        """A ranged download (HTTP Range), or raise :class:`NotFound`."""
+        from google.api_core.exceptions import NotFound as GcsNotFound  # noqa: PLC0415
+        from google.api_core.exceptions import RequestRangeNotSatisfiable  # noqa: PLC0415
+
+        if length <= 0:
+            await self.size(key)  # still says whether it exists
+            return b""
+        blob = self._bucket.blob(self._name(key))
+        try:
+            # `end` is inclusive in google-cloud-storage.
+            data: bytes = await asyncio.to_thread(
+                blob.download_as_bytes, start=offset, end=offset + length - 1
+            )
+        except GcsNotFound:
+            raise NotFound(f"object {key!r} not found") from None
+        except RequestRangeNotSatisfiable:
+            return b""  # at or past the end
+        return data
 
 
 def _default_client(storage: Any) -> Any:

@@ -54,6 +54,14 @@ class TrainingSettings(BaseSettings):
     tick_seconds: float = Field(
         default=1.0, gt=0, description="How often the scheduler looks at jobs and deadlines."
     )
+    max_package_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        gt=0,
+        description="Largest Python package uploaded to /upload/v1/…/packages (413 past it).",
+    )
+    logs_poll_seconds: float = Field(
+        default=0.5, gt=0, description="How often a followed replica log is read for new bytes."
+    )
     nats: NatsSettings = Field(default_factory=NatsSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     storage: StorageSettings = Field(
