@@ -8,6 +8,7 @@ subjects and read the directory.
 """
 
 import asyncio
+import contextlib
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from nats.js.kv import KeyValue
 from mldiag.local.nats import EmbeddedNats
 from mldiag_analyzer import handlers as analyzer_handlers
 from mldiag_event_detector import handlers as detector_handlers
+from mldiag_executor.handlers import dispatch_consumer
 from mldiag_ingestion import handlers as ingestion_handlers
 from mldiag_platform import substrate
 from mldiag_platform.auth import (
@@ -37,6 +39,7 @@ from mldiag_platform.errors import Unavailable
 from mldiag_platform.settings import NatsSettings
 from mldiag_run_registry.events import handlers as registry_events
 from mldiag_run_registry.heartbeats import handlers as registry_heartbeats
+from mldiag_run_registry.jobs import handlers as registry_jobs
 from mldiag_run_registry.metrics import handlers as registry_metrics
 from mldiag_run_registry.profiles import handlers as registry_profiles
 from mldiag_run_registry.runs import handlers as registry_runs
@@ -44,6 +47,7 @@ from mldiag_schemas import bus
 from mldiag_schemas.auth import Role, TokenGrant
 from mldiag_schemas.bus import Namespace
 from mldiag_schemas.messages import SUBJECT_OF
+from mldiag_training.scheduler import handlers as training_scheduler
 from mldiag_xprof_provisioner.captures.handlers import captures_consumer
 from mldiag_xprof_provisioner.captures.settings import CaptureSettings
 from mldiag_xprof_provisioner.warm import handlers as provisioner_warm
@@ -64,6 +68,7 @@ REAL_CONSUMERS: dict[str, list[ConsumerSpec[Any]]] = {
         registry_events.ANALYSES_CONSUMER,
         registry_profiles.CAPTURE_REQUESTS_CONSUMER,
         registry_profiles.SESSIONS_CONSUMER,
+        registry_jobs.JOBS_CONSUMER,
     ],
     "ingestion": [ingestion_handlers.INGEST_CONSUMER],
     "event-detector": detector_handlers.consumers(10),
@@ -72,6 +77,9 @@ REAL_CONSUMERS: dict[str, list[ConsumerSpec[Any]]] = {
         captures_consumer(CaptureSettings()),
         provisioner_warm.SESSIONS_CONSUMER,
     ],
+    "training": [training_scheduler.RUNS_CONSUMER, training_scheduler.REPLICAS_CONSUMER],
+    # Two executors: the user is not tied to one executor's durable.
+    "executor": [dispatch_consumer("local-a"), dispatch_consumer("local-b")],
 }
 
 
@@ -285,11 +293,11 @@ async def test_each_service_does_its_work_with_its_own_user(
         await _wait(all_acked, f"every durable of {service} acks")
 
         # Its own subjects, through the real publisher (a refused publish times out); the
-        # console's hints are core NATS only.
+        # console's hints and executors' announcements are core NATS only.
         connection = client_bus.broker.config.connection_state.connection
         for pattern in user.publishes:
             subject = NAMESPACE.subject(_concrete(pattern))
-            if pattern.startswith(bus.CONSOLE_UPDATED):
+            if pattern.startswith((bus.CONSOLE_UPDATED, bus.EXECUTOR_ANNOUNCED)):
                 await connection.publish(subject, b"{}")
                 continue
             await client_bus.publisher.publish_raw(subject, b"{}", f"{service}-{pattern}")
@@ -374,9 +382,57 @@ async def test_an_in_cluster_publisher_may_only_send_metric_writes(server: Serve
         await client.close()
 
 
+def _covers(pattern: str, subject: str) -> bool:
+    """Whether NATS subject ``pattern`` matches every subject ``subject`` (itself a pattern)
+    matches: token by token, ``*`` covers one token, ``>`` the rest."""
+    wanted, given = pattern.split("."), subject.split(".")
+    for index, token in enumerate(wanted):
+        if token == ">":
+            return len(given) > index
+        if index >= len(given) or token not in ("*", given[index]):
+            return False
+    return len(wanted) == len(given)
+
+
 @pytest.mark.parametrize("service", substrate.SERVICE_NAMES)
 def test_the_table_grants_the_durables_the_service_declares(service: str) -> None:
     user = next(user for user in substrate.SERVICES if user.name == service)
-    granted = {(c.stream.name, c.durable, c.subject) for c in user.consumes}
+    granted = {(c.stream.name, c.durable, c.subject) for c in user.consumes if not c.any_durable}
     declared = {(s.stream.name, s.durable, s.subject) for s in REAL_CONSUMERS[service]}
+    # A durable of no fixed name (an executor's, executor-<id>) is granted by stream, name
+    # prefix and a subject pattern that covers the one it filters on.
+    open_ended = [c for c in user.consumes if c.any_durable]
+    for spec in REAL_CONSUMERS[service]:
+        for consumer in open_ended:
+            if (
+                spec.stream == consumer.stream
+                and spec.durable.startswith(consumer.durable + "-")
+                and _covers(consumer.subject, spec.subject)
+            ):
+                declared.discard((spec.stream.name, spec.durable, spec.subject))
     assert granted == declared
+
+
+async def test_an_older_dispatch_stream_of_another_retention_does_not_stop_a_start(
+    server: Server, operator: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # JetStream refuses to change a stream's retention: an install that made DISPATCH with
+    # limits retention (before it was a work queue) gets a warning naming it, not a crash.
+    namespace = Namespace("olderinstall")
+    js = operator.jetstream()
+    await js.add_stream(
+        name=namespace.stream(bus.DISPATCH), subjects=namespace.stream_subjects(bus.DISPATCH)
+    )
+    try:
+        settings = settings_of(server, substrate.OPERATOR).model_copy(
+            update={"namespace": namespace.prefix}
+        )
+        async with connect_bus(settings, "test-older-install"):
+            pass
+        info = await js.stream_info(namespace.stream(bus.DISPATCH))
+        assert str(info.config.retention) in ("limits", "RetentionPolicy.LIMITS")
+        assert "bus.stream.update_refused" in capsys.readouterr().out
+    finally:
+        for spec in bus.ALL_STREAMS:
+            with contextlib.suppress(NatsError):
+                await js.delete_stream(namespace.stream(spec))

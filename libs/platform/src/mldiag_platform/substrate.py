@@ -182,8 +182,8 @@ SERVICES: tuple[BusUser, ...] = (
         ),
         consumes=(
             # Replicas start only once the job's run exists.
-            Consumes(bus.RUNS, bus.TRAINING_RUNS_DURABLE, bus.RUNS.subjects[0]),
-            Consumes(bus.TRAINING, bus.TRAINING_REPLICAS_DURABLE, "training.replica.>"),
+            Consumes(bus.RUNS, bus.TRAINING_RUNS_DURABLE, _one(bus.RUN_CREATED)),
+            Consumes(bus.TRAINING, bus.TRAINING_REPLICAS_DURABLE, "training.replica.*.*"),
         ),
         # Executors' capacity, repeated every few seconds on core NATS.
         listens=(_one(bus.EXECUTOR_ANNOUNCED),),

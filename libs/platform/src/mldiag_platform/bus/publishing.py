@@ -13,7 +13,7 @@ from faststream.nats.security import NatsUserPassword
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StreamConfig
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import APIError, BadRequestError, NotFoundError
 from prometheus_client import Counter
 
 from mldiag_platform.errors import InvalidArgument, Unavailable
@@ -33,6 +33,8 @@ _SUBJECT = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
 """A concrete subject: plain tokens only (no wildcards, spaces or control characters)."""
 
 DECLARE_BACKOFF_SECONDS = (1.0, 2.0, 4.0, 8.0)
+RETENTION_UNCHANGEABLE = 10052
+"""JetStream's error code for an update that changes a stream's retention (it answers 500)."""
 """Waits between attempts at declaring a stream, before a service gives up starting."""
 
 
@@ -114,6 +116,19 @@ async def _declare(js: JetStreamContext, config: StreamConfig) -> None:
             await js.update_stream(config=config)
         except BadRequestError as exc:
             log.warning("bus.stream.update_refused", stream=config.name, error=str(exc))
+        except APIError as exc:
+            if exc.err_code != RETENTION_UNCHANGEABLE:
+                raise
+            # A stream made by an older version with another retention (DISPATCH before it
+            # was a work queue): it keeps working as it is; only re-creating it changes that.
+            log.warning(
+                "bus.stream.update_refused",
+                stream=config.name,
+                error=str(exc),
+                wanted_retention=RetentionPolicy(config.retention).value,
+                hint="the stream keeps its retention; `nats stream rm` it while the services "
+                "are stopped to have it made anew",
+            )
 
 
 class MessagePublisher(Protocol):

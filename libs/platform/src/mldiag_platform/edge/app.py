@@ -232,9 +232,17 @@ def _forwarded_headers(scope: Scope) -> tuple[list[tuple[bytes, bytes]], int | N
     forwarded_host = b""
     forwarded_proto = b""
     host = b""
-    for name, value in scope["headers"]:
+    raw: list[tuple[bytes, bytes]] = scope["headers"]
+    # Headers the caller named in Connection are for this hop only, like the fixed set.
+    named = {
+        token.strip().lower()
+        for name, value in raw
+        if name.lower() == b"connection"
+        for token in value.split(b",")
+    }
+    for name, value in raw:
         lowered = name.lower()
-        if lowered in _HOP_BY_HOP:
+        if lowered in _HOP_BY_HOP or lowered in named:
             chunked = chunked or (lowered == b"transfer-encoding" and b"chunked" in value.lower())
             continue
         if lowered == b"content-length":
