@@ -2,6 +2,7 @@
 from when it went down (its time lost counted), the job's failure is one TERMINATION with the
 replica's reason, and a cancelled job terminates nothing."""
 
+import uuid
 from datetime import datetime
 
 from event_detector.feed import Feed
@@ -17,7 +18,12 @@ from mldiag_schemas.runs import (
     RunState,
     WorkloadDetails,
 )
-from mldiag_schemas.telemetry import SignalKind, SignalRequest
+from mldiag_schemas.telemetry import (
+    MetricColumns,
+    MetricPointsReceived,
+    SignalKind,
+    SignalRequest,
+)
 
 JOB = "projects/p/locations/us-central1/customJobs/123"
 CHIEF, WORKER = "workerpool0-0", "workerpool1-0"
@@ -188,3 +194,23 @@ def test_outside_a_job_an_exit_still_terminates_the_run_at_once() -> None:
     _exit(feed, "h0", 10, code=1)
     [event] = feed.opened()
     assert event.type is EventType.TERMINATION
+
+
+def test_a_resumed_batch_already_past_the_old_step_is_one_interruption() -> None:
+    feed = _job_feed()
+    feed.send(feed.heartbeat(CHIEF, pid=10))
+    feed.send(feed.metrics(CHIEF, 20, {"step_time": 1.0}))
+    _exit(feed, CHIEF, 10)
+    feed.advance(3)
+    feed.send(feed.heartbeat(CHIEF, pid=11))
+    steps = list(range(15, 26))  # one write of steps 15..25, as an SDK flush sends it
+    columns = MetricColumns(name="step_time", host=CHIEF, steps=steps, values=[1.0] * 11)
+    resumed = MetricPointsReceived(
+        run_id=feed.run_id, batch_id=uuid.uuid4(), chunk=0, occurred_at=feed.now, series=[columns]
+    )
+    feed.send(resumed)
+    [event] = feed.opened()
+    assert feed.is_resolved(event)
+    causes = feed.latest(event).evidence.facts["causes"]
+    assert isinstance(causes, list)
+    assert len(causes) == 2  # the new process, then the step seen again

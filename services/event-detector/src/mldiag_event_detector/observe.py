@@ -79,8 +79,10 @@ def observe_metrics(book: EventBook, message: MetricPointsReceived) -> set[str]:
             by_host[columns.host].append(columns)
     for host_name, series in by_host.items():
         host = state.host(host_name)
-        _progress(book, host_name, host, max(max(c.steps) for c in series), now)
+        # Restarts (a step again) before progress: a resumed run's batch that already goes
+        # past the old step is one interruption, opened and resolved, not a second one.
         _observe_host(book, host_name, host, series, now)
+        _progress(book, host_name, host, max(max(c.steps) for c in series), now)
     numerics.observe(book, message)
     return set(by_host)
 
