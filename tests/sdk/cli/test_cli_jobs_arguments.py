@@ -279,7 +279,7 @@ def test_bad_config_files_are_refused(tmp_path: Path, content: str, message: str
 
 
 def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="--config .*missing.yaml"):
+    with pytest.raises(UsageError, match=r"--config .*missing\.yaml"):
         build_job_request(_create_args("--config", str(tmp_path / "missing.yaml")))
 
 
