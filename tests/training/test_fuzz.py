@@ -20,7 +20,7 @@ from mldiag_schemas.auth import Role
 from mldiag_training.app import create_app
 from mldiag_training.settings import TrainingSettings
 from support import served_in_thread
-from training.jobs.test_validation import sdk_job
+from training.jobs.bodies import sdk_job
 
 pytestmark = pytest.mark.connected
 

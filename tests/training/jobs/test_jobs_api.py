@@ -22,7 +22,7 @@ from mldiag_training.jobs.service import JobsService
 from mldiag_training.jobs.validation import parse_custom_job
 from mldiag_training.scheduler.machines import MachineTable
 from support import read_messages, wait_until
-from training.jobs.test_validation import container_pool, sdk_job
+from training.jobs.bodies import container_pool, sdk_job
 
 pytestmark = pytest.mark.connected
 

@@ -11,27 +11,7 @@ from mldiag_platform.http import DEFAULT_MAX_BODY_BYTES
 from mldiag_schemas.jobs import AcceleratorType, JobState, Strategy
 from mldiag_training.jobs.validation import check_machines, parse_custom_job
 from mldiag_training.scheduler.machines import MachineTable
-
-
-def container_pool(replicas: str = "1", machine: str = "n1-standard-4") -> dict[str, Any]:
-    """A pool running a container, as the SDK sends it."""
-    return {
-        "machineSpec": {"machineType": machine},
-        "replicaCount": replicas,
-        "containerSpec": {"imageUri": "python:3.12", "command": ["python", "-c", "print(1)"]},
-    }
-
-
-def sdk_job(**spec: Any) -> dict[str, Any]:
-    """A CustomJob body as the Vertex SDK sends it (``.run()`` with a staging bucket)."""
-    return {
-        "displayName": "train",
-        "jobSpec": {
-            "workerPoolSpecs": [container_pool()],
-            "baseOutputDirectory": {"outputUriPrefix": "gs://bucket/aiplatform-custom-job-1"},
-            **spec,
-        },
-    }
+from training.jobs.bodies import container_pool, sdk_job
 
 
 def refused(body: dict[str, Any] | bytes) -> MldiagError:
