@@ -4,6 +4,7 @@ its program is a real child process.
 """
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -397,3 +398,105 @@ def test_a_command_that_does_not_exist_fails_the_run(
     assert b"cannot start" in done.stderr
     run = _get(platform_apps, _run_id(done.stderr))
     assert (run["runPhase"], run["errorDetails"]["code"]) == ("FAILED", "exec_failed")
+
+
+# --- the launcher of a training job's replica (--replica) ------------------------------------
+
+
+def test_a_replica_without_a_platform_is_neither_held_nor_failed(tmp_path: Path) -> None:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("MLDIAG_")}
+    environment.update(
+        MLDIAG_RUN_ID="4242",
+        MLDIAG_API_URL="http://127.0.0.1:1",  # nothing listens there
+        MLDIAG_INGESTION_URL="http://127.0.0.1:1",
+        MLDIAG_SPOOL_DIR=str(tmp_path / "spool"),
+    )
+    exit_file = tmp_path / "attempt" / "exit.json"
+    program = _program(
+        """
+        import os, sys
+        print(os.environ["MLDIAG_HOST"], os.environ["MLDIAG_CREATE_RUN"])
+        print("giving up", file=sys.stderr)
+        sys.exit(5)
+        """
+    )
+    started = time.monotonic()
+    done = subprocess.run(  # noqa: PLW1510  # the status is the point
+        _wrapper("--replica", "workerpool1-0", "--exit-file", str(exit_file), "--", *program),
+        env=environment,
+        capture_output=True,
+        timeout=WRAPPER_TIMEOUT,
+    )
+    assert done.returncode == 5
+    assert done.stdout == b"workerpool1-0 0\n"
+    assert time.monotonic() - started < 20  # bounded: signal + a short final flush
+    record = json.loads(exit_file.read_text())
+    assert (record["exit_code"], record["message"]) == (5, "giving up")
+    assert record["ended_at"]
+    assert not list(exit_file.parent.glob(".tmp-*"))
+    # a replica without its run is a mistake the executor hears about, with a status
+    missing = subprocess.run(  # noqa: PLW1510
+        _wrapper("--replica", "workerpool1-0", "--exit-file", str(exit_file), "--", *program),
+        env={k: v for k, v in environment.items() if k != "MLDIAG_RUN_ID"},
+        capture_output=True,
+        timeout=WRAPPER_TIMEOUT,
+    )
+    assert missing.returncode == 2
+    assert json.loads(exit_file.read_text())["exit_code"] == 2
+
+
+@pytest.mark.connected
+async def test_a_replica_attaches_to_the_jobs_run_and_reports_as_itself(
+    platform_apps: Platform, nats_settings: NatsSettings, tmp_path: Path
+) -> None:
+    run_id = "777001"
+    created = await asyncio.to_thread(
+        httpx.post,
+        f"{platform_apps.api_url}/v1/machineLearningRuns",
+        json={"runId": run_id, "displayName": "job", "runSet": "training-jobs"},
+        headers=platform_apps.tokens.headers(),
+        timeout=10,
+    )
+    assert created.status_code < 300, created.text
+    environment = _environment(platform_apps, tmp_path)
+    environment["MLDIAG_RUN_ID"] = run_id
+    exit_file = tmp_path / "exit.json"
+    program = _program(
+        """
+        import sys, time
+        time.sleep(1.0)
+        print("replica failing", file=sys.stderr)
+        sys.exit(4)
+        """
+    )
+    done = await asyncio.to_thread(
+        subprocess.run,
+        _wrapper(
+            "--replica",
+            "workerpool0-0",
+            "--exit-file",
+            str(exit_file),
+            "--interval",
+            "0.3",
+            "--heartbeat-interval",
+            "0.3",
+            "--",
+            *program,
+        ),
+        env=environment,
+        capture_output=True,
+        timeout=WRAPPER_TIMEOUT,
+    )
+    assert done.returncode == 4, done.stderr.decode()
+    assert json.loads(exit_file.read_text())["exit_code"] == 4
+    # the run is the training service's: the replica neither created nor ended it
+    assert _get(platform_apps, run_id)["runPhase"] == "ACTIVE"
+    [exited] = [
+        message.signal
+        for message in await _signals(nats_settings, run_id)
+        if message.signal.kind == "PROCESS_EXITED"
+    ]
+    assert (exited.exit_code, exited.host) == (4, "workerpool0-0")
+    assert "replica failing" in exited.message
+    hosts = {point["host"] for point in _points(platform_apps, run_id, "host_memory_used_bytes")}
+    assert hosts == {"workerpool0-0"}
