@@ -7,7 +7,7 @@ import json
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import psutil  # type: ignore[import-untyped,unused-ignore]
@@ -17,7 +17,9 @@ from executor.support_executor import start_command
 from mldiag_executor.backends.base import ReplicaExit
 from mldiag_executor.backends.local import LocalBackend, discover_gpus, vertex_gpu_name
 from mldiag_executor.launch import LaunchConfig, Storage, prepare
+from mldiag_platform.storage import GcsStore
 from mldiag_schemas.replicas import StartReplica
+from support import free_port
 
 EXECUTOR = "local-test"
 NO_API = {"MLDIAG_API_URL": "http://127.0.0.1:1", "MLDIAG_INGESTION_URL": "http://127.0.0.1:1"}
@@ -221,3 +223,73 @@ async def test_a_new_executor_process_adopts_what_runs_and_reports_what_ended_on
     finally:
         await third.close()
     assert await asyncio.to_thread((config.attempt_dir(running.replica) / "reported.json").exists)
+
+
+@pytest.fixture
+def gcs(monkeypatch: pytest.MonkeyPatch) -> Iterator[GcsStore]:
+    from gcp_storage_emulator.server import create_server  # noqa: PLC0415
+
+    port = free_port()
+    server = create_server("127.0.0.1", port, in_memory=True, default_bucket="mldiag-test")
+    server.start()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+    try:
+        yield GcsStore("mldiag-test")
+    finally:
+        server.stop()
+
+
+async def test_on_gcs_outputs_are_pulled_and_pushed_and_logs_uploaded(
+    gcs: GcsStore, tmp_path: Path
+) -> None:
+    config = LaunchConfig(
+        storage=Storage("gs://mldiag-test/platform"),
+        state_dir=tmp_path / "state",
+        images={"python-test": sys.executable},
+    )
+    backend = LocalBackend(
+        attempts_dir=config.attempts_dir,
+        storage=config.storage,
+        cpus=1,
+        memory_bytes=1 << 30,
+        log_upload_seconds=0.2,
+    )
+    await gcs.put("jobs/9/checkpoints/step-1", b"resume here")
+    command = start_command(
+        executor_id=EXECUTOR,
+        job_id="9",
+        logs_uri="gs://mldiag-test/jobs/9/logs/workerpool0-0/attempt-0",
+        command=[
+            "python",
+            "-c",
+            textwrap.dedent(
+                """
+                import os, pathlib
+                checkpoint = pathlib.Path(os.environ["AIP_CHECKPOINT_DIR"], "step-1")
+                print("resumed from", checkpoint.read_text(), os.environ["MLDIAG_AIP_MODEL_URI"])
+                pathlib.Path(os.environ["AIP_MODEL_DIR"], "sub").mkdir()
+                pathlib.Path(os.environ["AIP_MODEL_DIR"], "sub", "model.bin").write_text("w")
+                """
+            ),
+        ],
+        env={
+            **NO_API,
+            "AIP_MODEL_DIR": "gs://mldiag-test/jobs/9/model/",
+            "AIP_CHECKPOINT_DIR": "gs://mldiag-test/jobs/9/checkpoints/",
+        },
+    )
+    launch = await prepare(command, config)
+    assert launch.env["AIP_MODEL_DIR"].startswith(str(config.attempt_dir(command.replica)))
+    try:
+        await backend.start(command, launch)
+        ended = await _next_exit(backend)
+    finally:
+        await backend.close()
+    assert (ended.reason, ended.exit_code) == ("exited", 0)
+    assert await gcs.get("jobs/9/model/sub/model.bin") == b"w"
+    stdout = await gcs.get("jobs/9/logs/workerpool0-0/attempt-0/stdout.log")
+    assert stdout == b"resumed from resume here gs://mldiag-test/jobs/9/model/\n"
+    assert await gcs.list("jobs/9/logs/") == [
+        "jobs/9/logs/workerpool0-0/attempt-0/stderr.log",
+        "jobs/9/logs/workerpool0-0/attempt-0/stdout.log",
+    ]

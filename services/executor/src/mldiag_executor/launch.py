@@ -65,6 +65,7 @@ class Storage:
     """The platform's object storage as the executor sees it (``MLDIAG_STORAGE_URL``)."""
 
     url: str
+    _buckets: dict[str, ObjectStore] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def file_root(self) -> Path | None:
@@ -95,7 +96,10 @@ class Storage:
     def gcs_object(self, uri: str) -> tuple[ObjectStore, str]:
         """The store and key of a ``gs://`` URI (GCS storage only)."""
         parsed = urlparse(uri)
-        return GcsStore(parsed.netloc), parsed.path.lstrip("/")
+        store = self._buckets.get(parsed.netloc)
+        if store is None:  # one client per bucket: building one reads credentials
+            store = self._buckets[parsed.netloc] = GcsStore(parsed.netloc)
+        return store, parsed.path.lstrip("/")
 
 
 async def read_uri(storage: Storage, uri: str) -> bytes:
