@@ -34,6 +34,7 @@ from console.helpers import (
     UNSTABLE,
     Pages,
     Platform,
+    ServiceSettings,
     loss_curve,
     series,
     wait_for,
@@ -167,7 +168,8 @@ def platform(
                 )
             )
             with served_in_thread(registry) as api_url:
-                platform = Platform(api_url, ingestion_url, admin)
+                services = ServiceSettings(bus, database, storage, tag)
+                platform = Platform(api_url, ingestion_url, admin, services)
                 # JAX takes seconds to start: the job warms up while the other tests run.
                 platform.start_profiled_job(
                     PROFILED,

@@ -10,11 +10,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 from playwright.sync_api import Browser, BrowserContext, Page, ViewportSize
+
+from mldiag_platform.settings import DatabaseSettings, NatsSettings, StorageSettings
 
 VIEWPORT: ViewportSize = {"width": 1400, "height": 900}
 PROFILED_JOB = Path(__file__).parents[1] / "e2e" / "profiled_job.py"
@@ -51,10 +54,28 @@ def loss_curve(steps: range, offset: float = 0.0) -> list[float]:
     return [2.5 * math.exp(-s / 60) + 0.3 + 0.05 * math.sin(s / 3) + offset for s in steps]
 
 
+@dataclass(frozen=True)
+class ServiceSettings:
+    """Where the served services live (bus namespace, database, storage), so a test can serve
+    one more service beside them (the training service for the Jobs page)."""
+
+    nats: NatsSettings
+    database: DatabaseSettings
+    storage: StorageSettings
+    tag: str
+
+
 class Platform:
     """The served platform: its URLs, a token per role, and what a job or a user calls."""
 
-    def __init__(self, api_url: str, ingestion_url: str, admin: str) -> None:
+    def __init__(
+        self,
+        api_url: str,
+        ingestion_url: str,
+        admin: str,
+        services: ServiceSettings | None = None,
+    ) -> None:
+        self.services = services
         self.api_url = api_url
         self.console_url = f"{api_url}/console/"
         headers = {"Authorization": f"Bearer {admin}"}

@@ -8,9 +8,12 @@ refreshing once the job has ended; an editor cancels a running job (a viewer get
 a failed job shows its error; a missing job, an empty location and a training API that is
 not there (no route, or no answer) each say so instead of leaving a blank page.
 
-The training API here is ``fake_training`` (recorded jobs built from the contract's models),
-reached on the console's origin through a Playwright route, as through the edge of
-``mldiag up``; run-registry, the console and its runs are the real ones of ``conftest``.
+The training API here is mostly ``fake_training`` (recorded jobs built from the contract's
+models: states, replicas and logs a test can set at will); the last test serves the real
+training service beside the registry (no executor: its job stays queued) and takes a job
+from creation through the registry's run to a cancel in the console. Either is reached on
+the console's origin through a Playwright route, as through the edge of ``mldiag up``;
+run-registry, the console and its runs are the real ones of ``conftest``.
 """
 
 import re
@@ -22,7 +25,7 @@ import pytest
 from playwright.sync_api import Page, Route, expect
 
 from console.fake_training import Recorded, ago, create_fake_training
-from console.helpers import Pages, Platform, snap
+from console.helpers import Pages, Platform, snap, wait_for
 from mldiag_schemas.jobs import (
     AcceleratorType,
     ContainerSpec,
@@ -38,6 +41,8 @@ from mldiag_schemas.jobs import (
     Scheduling,
     WorkerPoolSpec,
 )
+from mldiag_training.app import create_app as create_training
+from mldiag_training.settings import TrainingSettings
 from support import free_port, served_in_thread
 
 pytestmark = pytest.mark.e2e
@@ -376,12 +381,75 @@ def test_an_empty_location_and_a_missing_training_api_say_so(
     expect(page.get_by_test_id("jobs-location")).to_have_value("us-central1")
 
     # The registry alone: nothing routes the training API, so its 404 is not a job's.
-    alone = _open(pages, platform.viewer, "#/jobs", None)
-    notice = alone.get_by_test_id("jobs-unavailable")
+    page.unroute(_is_training)
+    page.evaluate("() => { location.hash = '#/jobs'; }")
+    notice = page.get_by_test_id("jobs-unavailable")
     expect(notice).to_contain_text("does not serve the training API")
     expect(notice.get_by_test_id("error")).to_have_attribute("data-code", "not_found")
 
     # A training API that does not answer at all.
-    down = _open(pages, platform.viewer, f"#/jobs/{RUNNING}", f"http://127.0.0.1:{free_port()}")
-    expect(down.get_by_test_id("jobs-unavailable")).to_contain_text("did not answer")
-    expect(down.get_by_test_id("live")).to_have_attribute("data-state", "retrying")
+    page.route(_is_training, _forward_to(f"http://127.0.0.1:{free_port()}"))
+    page.evaluate(f"() => {{ location.hash = '#/jobs/{RUNNING}'; }}")
+    expect(page.get_by_test_id("jobs-unavailable")).to_contain_text("did not answer")
+    expect(page.get_by_test_id("live")).to_have_attribute("data-state", "retrying")
+
+
+@pytest.fixture(scope="module")
+def real_training(platform: Platform) -> Iterator[str]:
+    """The training service itself, on the platform's bus and database (no executor)."""
+    services = platform.services
+    assert services is not None
+    settings = TrainingSettings(
+        nats=services.nats,
+        database=services.database,
+        db_schema=f"t_{services.tag}",
+        storage=services.storage,
+        public_api_url=platform.api_url,
+    )
+    with served_in_thread(create_training(settings)) as url:
+        yield url
+
+
+def test_the_real_training_api_a_queued_job_its_run_and_a_cancel(
+    platform: Platform, pages: Pages, real_training: str
+) -> None:
+    pool = WorkerPoolSpec(
+        machine_spec=MachineSpec(machine_type="n1-standard-4"),
+        replica_count=1,
+        container_spec=ContainerSpec(image_uri="python:3.12", command=["python", "-c", "1"]),
+    )
+    job = CustomJob(
+        display_name="console real job", job_spec=CustomJobSpec(worker_pool_specs=[pool])
+    )
+    with platform.as_bearer(platform.editor) as client:
+        created = client.post(
+            f"{real_training}/v1/{PARENT}/customJobs",
+            json=job.model_dump(mode="json", exclude_defaults=True),
+        )
+    assert created.status_code == 200, created.text
+    job_id = created.json()["name"].rsplit("/", 1)[-1]
+
+    page = _open(pages, platform.editor, "#/jobs", real_training)
+    row = page.locator(f'tr[data-job-id="{job_id}"]')
+    expect(row.get_by_test_id("job-state")).to_have_text("QUEUED")  # no executor anywhere
+    expect(row.get_by_test_id("job-pools")).to_have_text(f"n1-standard-4 {X} 1")
+    row.get_by_test_id("job-link").click()
+    expect(page.get_by_test_id("job-name")).to_have_text("console real job")
+    expect(page.get_by_test_id("pool-command")).to_have_text("python -c 1")
+    expect(page.get_by_test_id("replicas-table")).to_contain_text("No replica placed yet")
+    expect(page.get_by_test_id("log-status")).to_have_attribute("data-mode", "following")
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_test_id("cancel-job").click()
+    state = page.get_by_test_id("job-header").get_by_test_id("job-state")
+    expect(state).to_have_text("CANCELLED")
+    expect(page.get_by_test_id("live")).to_have_attribute("data-state", "idle")
+    expect(page.get_by_test_id("log-status")).to_have_attribute("data-mode", "ended")
+
+    # The job's run, created by run-registry from the job: the link opens it.
+    wait_for(
+        lambda: platform.api.get(f"/v1/machineLearningRuns/{job_id}").status_code == 200,
+        "the job's run",
+    )
+    page.get_by_test_id("run-metrics-link").click()
+    expect(page.get_by_test_id("run-name")).to_have_text("console real job")

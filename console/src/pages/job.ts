@@ -39,9 +39,12 @@ export function jobPage(session: Session, scope: Scope, jobId: string, query: UR
   const replicasTable = h("table", { class: "table replicas-table", testid: "replicas-table" });
   const replicasError = h("div");
   const live = h("span", { class: "live", testid: "live", title: "Refreshed every 2 s until the job ends" });
-  const logs = logViewer(session, scope, parent, jobId, query.get("replica") ?? "workerpool0-0", (replica) =>
-    replaceHash(jobHref(parent, jobId, { replica })),
-  );
+  const logs = logViewer(session, scope, parent, jobId, query.get("replica") ?? "workerpool0-0", (replica) => {
+    replaceHash(jobHref(parent, jobId, { replica }));
+    for (const row of replicasTable.querySelectorAll<HTMLElement>("tr[data-replica]")) {
+      row.classList.toggle("selected", row.dataset["replica"] === replica);
+    }
+  });
   const body = h(
     "div",
     { class: "job-body" },
@@ -120,8 +123,8 @@ export function jobPage(session: Session, scope: Scope, jobId: string, query: UR
       h("h3", {}, "Spec"),
       pools.map((pool, position) => poolSection(pool, position)),
       h("h4", {}, "Scheduling and outputs"),
-      kv([
-        ["Timeout", scheduling.timeout ?? "7d (default)"],
+      present([
+        ["Timeout", scheduling.timeout ? timeout(scheduling.timeout) : "7d (the default)"],
         ["Restarts", scheduling.disableRetries ? "disabled" : scheduling.restartJobOnWorkerRestart ? "every replica when one restarts" : "the failed replica"],
         ["Strategy", scheduling.strategy && scheduling.strategy !== "STRATEGY_UNSPECIFIED" ? scheduling.strategy : null],
         ["Outputs", output ? h("code", {}, output) : null],
@@ -135,7 +138,7 @@ export function jobPage(session: Session, scope: Scope, jobId: string, query: UR
       h(
         "tr",
         {
-          class: "clickable",
+          class: replica.name === logs.replica() ? "clickable selected" : "clickable",
           dataset: { replica: replica.name, state: replica.state },
           title: "Show this replica's log",
           onclick: () => logs.select(replica.name),
@@ -262,7 +265,7 @@ function poolSection(pool: WorkerPoolSpec, position: number): HTMLElement | null
       `workerpool${position} · ${POOL_ROLES[position] ?? "pool"} · `,
       h("span", { testid: "pool-machine" }, `${machineOf(pool)} × ${replicaCount(pool)}`),
     ),
-    kv([
+    present([
       ...(container
         ? ([
             ["Image", h("code", { testid: "pool-image" }, container.imageUri)],
@@ -281,6 +284,17 @@ function poolSection(pool: WorkerPoolSpec, position: number): HTMLElement | null
       ["Disk", disk && (disk.bootDiskType || disk.bootDiskSizeGb) ? `${disk.bootDiskType || "default"}, ${disk.bootDiskSizeGb ?? 0} GB` : null],
     ]),
   );
+}
+
+/** Key/value rows without the absent ones (a spec names only what it sets). */
+function present(pairs: [string, Node | string | null][]): HTMLElement {
+  return kv(pairs.filter(([, value]) => value !== null && value !== ""));
+}
+
+/** A proto Duration (`"3600s"`) for people, with the wire value in the tooltip. */
+function timeout(value: string): HTMLElement {
+  const seconds = Number(value.replace(/s$/, ""));
+  return h("span", { title: value }, Number.isFinite(seconds) ? formatDuration(seconds) : value);
 }
 
 /** A command line as a shell would read it back (words with spaces quoted). */

@@ -1,6 +1,7 @@
 // A replica's log tail: followed (`follow=true`, read as a stream) while its job runs, read
-// once when the job has ended. A follow that ends while the job still runs (the attempt
-// exited, a restart comes) reconnects after 2 s; a training API that cannot follow is polled.
+// once when the job has ended. The training API's follow goes on through restarts (each new
+// attempt announced by a `==> workerpool0-0 attempt 1 <==` line) until the job ends; one cut
+// short (an edge restarting) reconnects after 2 s; an API that cannot follow is polled.
 
 import { queryString } from "../api";
 import { h, replace } from "../h";
@@ -9,6 +10,9 @@ import type { Parent } from "../router";
 import type { Scope } from "../scope";
 import type { Session } from "../session";
 import { POLL_MS } from "./jobparts";
+
+/** How much of each stream is read when the view opens (the view keeps as much). */
+const TAIL_BYTES = 256 * 1024;
 
 export type LogMode = "loading" | "following" | "polling" | "waiting" | "ended" | "error";
 
@@ -24,6 +28,8 @@ export interface LogViewer {
   setReplicas: (names: string[]) => void;
   /** Show this replica's log (a click on its row). */
   select: (replica: string) => void;
+  /** The replica shown. */
+  replica: () => string;
   /** The job reached a terminal state: stop following, read the whole tail once more. */
   jobEnded: () => void;
 }
@@ -40,7 +46,7 @@ export function logViewer(
   let stream = "both";
   let ended = false;
   let connection: Scope | null = null;
-  const tail = new LogTail();
+  const tail = new LogTail(TAIL_BYTES);
 
   const select = h("select", { testid: "log-replica", name: "replica", title: "Replica" });
   const streamSelect = h(
@@ -75,13 +81,18 @@ export function logViewer(
     // Stay at the bottom only if the reader was there (they may be reading further up).
     const atBottom = view.scrollTop + view.clientHeight >= view.scrollHeight - 24;
     view.textContent = tail.value;
+    view.classList.toggle("blank", tail.value === "");
     view.dataset["length"] = String(tail.value.length);
     cut.style.display = tail.truncated ? "" : "none";
     if (atBottom) view.scrollTop = view.scrollHeight;
   }
 
   function url(follow: boolean): string {
-    return jobPath(parent, jobId, "/logs") + queryString({ replica, stream, follow: follow ? "true" : undefined });
+    // A negative offset is a tail (of each stream): a long log never comes whole.
+    return (
+      jobPath(parent, jobId, "/logs") +
+      queryString({ replica, stream, offset: -TAIL_BYTES, follow: follow ? "true" : undefined })
+    );
   }
 
   function sleep(ms: number, signal: AbortSignal): Promise<void> {
@@ -188,6 +199,7 @@ export function logViewer(
       else if (connection === null) restart();
     },
     select: (name) => choose(name),
+    replica: () => replica,
     jobEnded: () => {
       if (ended) return;
       ended = true;
