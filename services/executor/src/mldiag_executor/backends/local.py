@@ -301,7 +301,7 @@ class LocalBackend:
 
     async def stop(self, replica: ReplicaKey, grace_seconds: float) -> None:
         """SIGTERM to the group, ``grace_seconds``, SIGKILL; returns once it is gone."""
-        await self._stop(replica, grace_seconds, "stopped")
+        await self._stop(replica, grace_seconds, "scheduler")
 
     async def _stop(self, replica: ReplicaKey, grace_seconds: float, reason: str) -> None:
         attempt = self._live.get(replica)
@@ -312,12 +312,13 @@ class LocalBackend:
             return
         if attempt.stopping is None:
             attempt.stop_reason = reason
-            record = {"reason": reason, "at": datetime.now(UTC).isoformat()}
-            await asyncio.to_thread(attempts.write_record, attempt.directory, attempts.STOP, record)
             attempt.stopping = asyncio.create_task(self._terminate(attempt, grace_seconds))
         await asyncio.shield(attempt.stopping)
 
     async def _terminate(self, attempt: _Attempt, grace_seconds: float) -> None:
+        # Recorded first: an executor restarted meanwhile reports the end as a kill.
+        record = {"reason": attempt.stop_reason, "at": datetime.now(UTC).isoformat()}
+        await asyncio.to_thread(attempts.write_record, attempt.directory, attempts.STOP, record)
         pgid = attempt.pid
         _signal_group(pgid, signal.SIGTERM)
         deadline = time.monotonic() + grace_seconds
@@ -457,6 +458,8 @@ class LocalBackend:
                 self._live[attempt.key] = attempt  # an exit written meanwhile: reported soon
                 if not (directory / attempts.EXIT).exists():
                     adopted.append(attempt.key)
+                if attempt.stop_reason is not None:  # a stop the previous process began
+                    attempt.stopping = asyncio.create_task(self._terminate(attempt, 1.0))
                 log.info("executor.replica.adopted", job=attempt.key.job_id, pid=attempt.pid)
             else:
                 _signal_group(attempt.pid, signal.SIGKILL)
