@@ -194,11 +194,15 @@ async def test_following_a_replica_goes_on_through_its_restarts(
     following = asyncio.create_task(_follow(files_api, job, stream="stdout"))
     await asyncio.sleep(0.3)
     await _write(files_api, job, b"attempt zero\ncrash\n")
-    await _replica(training_db, job, 0, "RESTARTING")  # the backoff: no new attempt yet
+    # It exited: the scheduler keeps the next attempt, waiting out its backoff.
+    await _replica(training_db, job, 1, "RESTARTING")
     await asyncio.sleep(0.3)
     assert not following.done()
-    await _write(files_api, job, b"attempt one\n", attempt=1)
+    # Meanwhile a plain read shows the attempt that ended, not the empty next one.
+    latest = await files_api.client.get(f"/v1/customJobs/{job}/logs")
+    assert (latest.text, latest.headers["mldiag-log-attempt"]) == ("attempt zero\ncrash\n", "0")
     await _replica(training_db, job, 1, "RUNNING")
+    await _write(files_api, job, b"attempt one\n", attempt=1)
     await asyncio.sleep(0.3)
     await _replica(training_db, job, 1, "SUCCEEDED")
     await _end(training_db, job)
@@ -206,6 +210,8 @@ async def test_following_a_replica_goes_on_through_its_restarts(
     assert b"".join(chunks).decode() == (
         "attempt zero\ncrash\n==> workerpool0-0 attempt 1 <==\nattempt one\n"
     )
+    now = await files_api.client.get(f"/v1/customJobs/{job}/logs")
+    assert (now.text, now.headers["mldiag-log-attempt"]) == ("attempt one\n", "1")
 
     # a named attempt stays on it
     _, pinned = await asyncio.wait_for(_follow(files_api, job, attempt="0", stream="stdout"), 5)

@@ -44,8 +44,9 @@ from mldiag_training.files.repository import FilesRepository, JobFacts, ReplicaF
 DEFAULT_REPLICA = "workerpool0-0"
 """The chief: whose logs a caller gets unless it names another replica."""
 
-ENDED_REPLICA_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "RESTARTING"})
-"""Replica states whose current attempt has exited (a RESTARTING one waits out a backoff)."""
+ENDED_REPLICA_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+"""Replica states whose current attempt has exited. A RESTARTING replica's ``attempt`` is
+already the next one, waiting out its backoff: it has not started, let alone ended."""
 
 READ_CHUNK_BYTES = 256 * 1024
 """The most bytes read from storage (and sent) at once."""
@@ -163,7 +164,7 @@ class LogsService:
         latest = facts.attempt if facts is not None else 0
         pinned = attempt is not None
         if attempt is None:
-            attempt = latest
+            attempt = await self._latest_with_output(job_id, name, latest)
         elif attempt > latest:
             raise AttemptNotFound(
                 f"{name} of job {job_id} has not reached attempt {attempt} (latest: {latest})",
@@ -179,6 +180,16 @@ class LogsService:
             ended=_ended(job, facts, attempt),
             job_ended=job.state in TERMINAL_JOB_STATES,
         )
+
+    async def _latest_with_output(self, job_id: str, replica: str, latest: int) -> int:
+        """``latest``, or the attempt before it while ``latest`` has written nothing yet (a
+        restart waiting out its backoff or starting): a reader wants the output that ended."""
+        if latest == 0:
+            return 0
+        for stream in LogStream:
+            if await self._size(log_key(job_id, replica, latest, stream)):
+                return latest
+        return latest - 1
 
     async def _job(self, project: str, location: str, job_id: str) -> JobFacts:
         job = await self._repository.job(project, location, job_id)
