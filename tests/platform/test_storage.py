@@ -146,3 +146,16 @@ async def test_read_range_reads_a_growing_object_piece_by_piece(store: ObjectSto
     assert await store.read_range("jobs/1/logs/stdout.log", 0, 0) == b""
     with pytest.raises(NotFound):
         await store.read_range("jobs/1/logs/missing.log", 0, 5)
+
+
+async def test_list_by_a_deep_or_partial_prefix(store: ObjectStore) -> None:
+    await store.put("jobs/12/logs/workerpool0-0/attempt-0/stdout.log", b"a")
+    await store.put("jobs/123/logs/workerpool0-0/attempt-0/stdout.log", b"b")
+    await store.put("runs/1/x.pb", b"c")
+    assert await store.list("jobs/12/logs/") == ["jobs/12/logs/workerpool0-0/attempt-0/stdout.log"]
+    assert await store.list("jobs/12") == [
+        "jobs/12/logs/workerpool0-0/attempt-0/stdout.log",
+        "jobs/123/logs/workerpool0-0/attempt-0/stdout.log",
+    ]
+    assert await store.list("jobs/9/") == []
+    assert await store.list("../") == []

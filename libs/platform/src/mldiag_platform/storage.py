@@ -95,12 +95,17 @@ class FileStore:
     async def list(self, prefix: str = "") -> list[str]:
         """Every file under the root whose key starts with ``prefix``."""
 
+        # Walk only the prefix's folder (a job's logs, not every run's profiles); a prefix
+        # that could leave the root walks the root, where the filter finds nothing.
+        folder = PurePosixPath(prefix).parent if "/" in prefix else PurePosixPath()
+        start = self.root if ".." in folder.parts or folder.is_absolute() else self.root / folder
+
         def scan() -> list[str]:
-            if not self.root.exists():
+            if not start.exists():
                 return []
             keys = (
                 str(path.relative_to(self.root).as_posix())
-                for path in self.root.rglob("*")
+                for path in start.rglob("*")
                 if path.is_file() and not path.name.startswith(".tmp-")
             )
             return sorted(key for key in keys if key.startswith(prefix))
