@@ -166,7 +166,12 @@ async def test_failures_restart_with_backoff_then_fail(
     database_settings: DatabaseSettings, db_schema: str, nats_settings: NatsSettings
 ) -> None:
     async with harness(
-        database_settings, db_schema, nats_settings, max_restarts=2, restart_backoff_seconds=0.3
+        database_settings,
+        db_schema,
+        nats_settings,
+        max_restarts=2,
+        restart_backoff_seconds=0.3,
+        restart_backoff_max_seconds=1.0,
     ) as h:
         ex = h.executor("exec-r")
         await joined(h, ex)
@@ -409,3 +414,23 @@ async def test_refuse_unfittable(h: Harness) -> None:
         await h.scheduler.refuse_unfittable(gang)
     fits = CustomJobSpec.model_validate({"workerPoolSpecs": [container_pool(1, "local-large")]})
     await h.scheduler.refuse_unfittable(fits)
+
+
+async def test_an_ended_jobs_replica_on_a_silent_executor_is_let_go(
+    database_settings: DatabaseSettings, db_schema: str, nats_settings: NatsSettings
+) -> None:
+    async with harness(
+        database_settings, db_schema, nats_settings, executor_timeout_seconds=1.0
+    ) as h:
+        a = h.executor("exec-l", cpus=1, gib=2)
+        await joined(h, a)
+        job_id = await _running_job(h, a, [container_pool(1)])
+        await h.request_cancel(job_id)
+        await a.wait_commands(2)
+        await a.silence()  # dies before reporting the stopped attempt's exit
+        await h.wait_state(job_id, JobState.CANCELLED)
+        assert [r["state"] for r in await h.replicas(job_id)] == ["CANCELLED"]
+        # Its capacity is free again: the next job fits when it comes back.
+        await a.start_announcing()
+        nxt = await h.create_job([container_pool(1)])
+        await h.wait_state(nxt, JobState.PENDING)

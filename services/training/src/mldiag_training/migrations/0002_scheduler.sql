@@ -9,3 +9,5 @@ ALTER TABLE replicas ADD COLUMN address text NOT NULL DEFAULT '';
 ALTER TABLE replicas ADD COLUMN stop_reason text;
 CREATE INDEX replicas_holding ON replicas (executor_id)
     WHERE state IN ('PENDING', 'RUNNING', 'RESTARTING');
+-- Ended jobs whose token is still to be revoked (looked for after every unit of work).
+CREATE INDEX custom_jobs_unrevoked ON custom_jobs (job_id) WHERE run_token IS NOT NULL;

@@ -219,6 +219,17 @@ class SchedulerUnit:
         )
         return [_replica(row) for row in rows]
 
+    async def leftovers(self) -> list[ReplicaRow]:
+        """Replicas still PENDING or RUNNING whose job has ended (stopped, not yet exited)."""
+        rows = await self._conn.fetch(
+            f"SELECT {', '.join('r.' + c.strip() for c in _REPLICA_COLUMNS.split(','))}"
+            " FROM replicas r JOIN custom_jobs j USING (job_id)"
+            " WHERE r.state = ANY($1::text[]) AND j.state <> ALL($2::text[])",
+            [ReplicaState.PENDING.value, ReplicaState.RUNNING.value],
+            list(ACTIVE_STATES),
+        )
+        return [_replica(row) for row in rows]
+
     async def executors(self) -> list[ExecutorRow]:
         """Every executor ever heard from, by id."""
         rows = await self._conn.fetch(

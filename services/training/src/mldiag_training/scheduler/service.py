@@ -365,6 +365,13 @@ class Scheduler:
             for e in sorted(live.values(), key=lambda e: e.executor_id)
         ]
         work = _Pass(unit, now, live, rooms, now - self._started >= timeout)
+        if work.may_declare_lost:
+            # An ended job's replica whose executor went silent will never report its exit.
+            for replica in await unit.leftovers():
+                if replica.executor_id not in live:
+                    await unit.save_replica(
+                        replace(replica, state=ReplicaState.CANCELLED, end_time=now)
+                    )
         rows = await unit.active_jobs()
         replicas = await unit.replicas([row.job_id for row in rows])
         for row in rows:
