@@ -1,5 +1,5 @@
 """The real ``google-cloud-aiplatform`` SDK (REST transport, in its own venv) against the
-training service alone: submit, get, list, cancel, and its exceptions for our errors. The
+training service alone: submit, get, list, cancel, delete, and its exceptions for our errors. The
 whole stack (replicas running) is driven by ``tests/e2e/training``."""
 
 import json
@@ -30,7 +30,7 @@ def _vertex_python() -> str:
     return str(local)
 
 
-def test_the_vertex_sdk_submits_reads_lists_and_cancels(
+def test_the_vertex_sdk_submits_reads_lists_cancels_and_deletes(
     training_settings: TrainingSettings, api_tokens: ApiTokens
 ) -> None:
     python = _vertex_python()
@@ -39,7 +39,7 @@ def test_the_vertex_sdk_submits_reads_lists_and_cancels(
             [python, str(HERE / "vertex_sdk_client.py"), base_url, api_tokens.editor],
             capture_output=True,
             text=True,
-            timeout=180,
+            timeout=280,
             check=False,
         )
     assert done.returncode == 0, f"the SDK script failed:\n{done.stdout}\n{done.stderr}"
@@ -63,4 +63,4 @@ def test_the_vertex_sdk_submits_reads_lists_and_cancels(
     assert "machineType" in seen["unknown_machine"]["message"]
     assert seen["network"]["exception"] == "MethodNotImplemented"
     assert "jobSpec.network" in seen["network"]["message"]
-    assert seen["missing"] == "NotFound"
+    assert seen["deleted"] is True
