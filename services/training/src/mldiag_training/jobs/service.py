@@ -59,7 +59,7 @@ CANCELLABLE = frozenset({JobState.QUEUED, JobState.PENDING, JobState.RUNNING})
 _MAX_ID_ATTEMPTS = 5
 
 
-class Scheduler(Protocol):
+class SchedulerHooks(Protocol):
     """What the jobs API asks of the scheduler."""
 
     async def refuse_unfittable(self, spec: CustomJobSpec) -> None:
@@ -124,7 +124,7 @@ class JobsService:
         self,
         repository: JobsRepository,
         flusher: Flusher,
-        scheduler: Scheduler,
+        scheduler: SchedulerHooks,
         machines: MachineResolver,
     ) -> None:
         self._repository = repository
