@@ -161,12 +161,15 @@ class ExecutorService:
             self._locks.pop(ended.key, None)
 
     async def _publish_started(self, key: ReplicaKey, record: Mapping[str, object]) -> None:
+        started_at = datetime.fromisoformat(str(record["started_at"]))
+        # Every field from the record: a fact published again is the same fact.
         fact = ReplicaStarted(
             event_id=fact_id(self.executor_id, key, "started"),
+            occurred_at=started_at,
             replica=key,
             executor_id=self.executor_id,
             host=str(record.get("host") or self._host)[:255],
-            started_at=datetime.fromisoformat(str(record["started_at"])),
+            started_at=started_at,
         )
         await self._publisher.publish_many([fact])
         log.info("executor.replica.started", job=key.job_id, replica=key.replica_name)
@@ -174,6 +177,7 @@ class ExecutorService:
     async def _publish_exited(self, ended: ReplicaExit) -> None:
         fact = ReplicaExited(
             event_id=fact_id(self.executor_id, ended.key, "exited"),
+            occurred_at=ended.ended_at,
             replica=ended.key,
             executor_id=self.executor_id,
             reason=ended.reason,

@@ -143,6 +143,7 @@ class _Attempt:
     stop_reason: str | None = None
     stopping: asyncio.Task[None] | None = None
     drain_until: float | None = None
+    exit_queued: bool = False
     """Set once the exit is reported while the launcher still flushes (monotonic)."""
     last_upload: float = field(default_factory=time.monotonic)
 
@@ -334,6 +335,9 @@ class LocalBackend:
             if attempt.process is not None:
                 attempt.process.poll()
         log.info("executor.replica.stopped", job=attempt.key.job_id, pid=pgid)
+        if attempt.drain_until is None:
+            self._live.pop(attempt.key, None)
+            await self._report(attempt)
 
     # -- watching --------------------------------------------------------------------------
 
@@ -382,6 +386,9 @@ class LocalBackend:
         await self._report(attempt)
 
     async def _report(self, attempt: _Attempt) -> None:
+        if attempt.exit_queued:  # the watcher and a stop may both get here
+            return
+        attempt.exit_queued = True
         if attempt.uploaded:
             await self._upload_logs(attempt)
         for output in attempt.outputs:
