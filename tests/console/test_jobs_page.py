@@ -453,3 +453,5 @@ def test_the_real_training_api_a_queued_job_its_run_and_a_cancel(
     )
     page.get_by_test_id("run-metrics-link").click()
     expect(page.get_by_test_id("run-name")).to_have_text("console real job")
+    page.get_by_test_id("run-job-link").click()  # and back, from the run to its job
+    expect(page.get_by_test_id("job-name")).to_have_text("console real job")

@@ -4,7 +4,8 @@
 import { pathPart } from "../api";
 import { formatDuration, formatTime, percent, secondsBetween } from "../format";
 import { h, replace } from "../h";
-import type { Route, Tab } from "../router";
+import { parseJobName } from "../jobs";
+import { jobHref, type Route, type Tab } from "../router";
 import { Scope } from "../scope";
 import type { Session } from "../session";
 import { runResource, shareButton } from "../share";
@@ -116,6 +117,7 @@ export function runHeader(
         "div",
         { class: "facts" },
         fact("Run id", h("code", {}, run.runId)),
+        session.shared ? null : jobLink(run.workloadId),
         fact("Created", formatTime(run.createTime)),
         fact(ended ? "Ended" : "Updated", formatTime(ended ? run.endTime : run.updateTime)),
         fact(ended ? "Duration" : "Running for", formatDuration(secondsBetween(run.createTime, run.endTime))),
@@ -168,6 +170,13 @@ function goodputTitle(goodput: GoodputResponse): string {
     .map((b) => `${b.kind.toLowerCase()}: ${formatDuration(b.seconds)}`)
     .join(", ");
   return `${formatDuration(goodput.productiveSeconds)} productive of ${formatDuration(goodput.wallSeconds)}${lost ? `; lost to ${lost}` : ""}`;
+}
+
+/** A training job's run links back to its job (the run's workload is the job's name). */
+function jobLink(workloadId: string): HTMLElement | null {
+  const job = parseJobName(workloadId ?? "");
+  if (!job) return null;
+  return fact("Training job", h("a", { href: jobHref(job.parent, job.jobId), testid: "run-job-link" }, job.jobId));
 }
 
 function fact(label: string, value: Node | string): HTMLElement {
