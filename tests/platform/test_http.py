@@ -156,6 +156,24 @@ async def test_bodies_over_the_limit_get_413_and_are_not_read_whole(path: str) -
         assert (within.status_code, within.text) == (200, str(_LIMIT))
 
 
+async def test_a_path_prefix_may_have_its_own_body_limit() -> None:
+    app = create_http_app("test", None, {}, max_body_bytes=_LIMIT, body_limits={"/upload/": 8192})
+
+    @app.post("/upload/files")
+    @app.post("/small")
+    async def count(request: Request) -> Response:
+        return Response(str(len(await request.body())))
+
+    async with serving(app) as client:
+        upload = await client.post("/upload/files", content=b"x" * 4096)
+        assert (upload.status_code, upload.text) == (200, "4096")
+        small = await client.post("/small", content=b"x" * 4096)
+        assert small.status_code == 413  # the other routes keep max_body_bytes
+        over = await client.post("/upload/files", content=_chunks(16384, [0]))
+        assert over.status_code == 413
+        assert over.json()["error"]["details"] == [{"limit": 8192}]
+
+
 async def test_a_chunked_body_over_the_limit_gets_413_from_a_real_server() -> None:
     app = _limited_app()
     delivered = [0]
