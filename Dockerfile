@@ -1,5 +1,5 @@
 # One image for every mldiag service; docker-compose.yml picks the service with `command:`
-# (`python -m mldiag_<service>`). Needs BuildKit (the default builder since Docker Engine 23)
+# (`python -m mldiag_<service>`, or `python -m mldiag_platform.edge` for the edge). Needs BuildKit (the default builder since Docker Engine 23)
 # for the cache mounts.
 
 # The web console, built with npm from the lock; only the built files reach the image.
@@ -39,6 +39,8 @@ COPY services/run-registry/pyproject.toml services/run-registry/
 COPY services/event-detector/pyproject.toml services/event-detector/
 COPY services/analyzer/pyproject.toml services/analyzer/
 COPY services/xprof-provisioner/pyproject.toml services/xprof-provisioner/
+COPY services/training/pyproject.toml services/training/
+COPY services/executor/pyproject.toml services/executor/
 
 # The embedded NATS and PostgreSQL binaries (mldiag[server], for `mldiag up`) have no use in
 # a container: compose runs the real servers.
@@ -55,6 +57,8 @@ COPY services/run-registry/src services/run-registry/src
 COPY services/event-detector/src services/event-detector/src
 COPY services/analyzer/src services/analyzer/src
 COPY services/xprof-provisioner/src services/xprof-provisioner/src
+COPY services/training/src services/training/src
+COPY services/executor/src services/executor/src
 
 # Non-editable: the workspace packages (with their SQL migrations) land in site-packages, so
 # the running image does not depend on the source tree's layout.
@@ -66,15 +70,18 @@ COPY --from=console /src/services/run-registry/src/mldiag_run_registry/console/s
 ENV MLDIAG_RUN_REGISTRY_CONSOLE_DIR=/app/console
 
 # An unprivileged user; /var/lib/mldiag is where writable state goes (xprof-provisioner's
-# work_dir is a volume mounted there, and a fresh named volume takes this ownership).
+# work_dir and the executor's state_dir are volumes mounted there, and a fresh named volume
+# takes this ownership).
 RUN groupadd --system --gid 10001 mldiag \
     && useradd --system --uid 10001 --gid mldiag --create-home --home-dir /home/mldiag mldiag \
-    && install -d -o mldiag -g mldiag /var/lib/mldiag /var/lib/mldiag/xprof
+    && install -d -o mldiag -g mldiag /var/lib/mldiag /var/lib/mldiag/xprof /var/lib/mldiag/executor
 
 ENV PATH="/app/.venv/bin:${PATH}"
 USER mldiag:mldiag
 
-EXPOSE 8080 8081 8082 8083 8084
+# 8080: the edge (the one base URL); 8081-8086: the services (run-registry on 8080 in its
+# own container, 8090 under `mldiag up`).
+EXPOSE 8080 8081 8082 8083 8084 8085 8086
 
 # No default service: say how to choose one rather than start an arbitrary one.
 CMD ["python", "-c", "raise SystemExit('choose a service: python -m mldiag_<service> (see docker-compose.yml)')"]

@@ -52,12 +52,19 @@ PLATFORM = (
     Platform("event-detector", "mldiag_event_detector", "MLDIAG_EVENT_DETECTOR_", 8082),
     Platform("analyzer", "mldiag_analyzer", "MLDIAG_ANALYZER_", 8083),
     Platform("xprof-provisioner", "mldiag_xprof_provisioner", "MLDIAG_XPROF_PROVISIONER_", 8084),
+    Platform("training", "mldiag_training", "MLDIAG_TRAINING_", 8085),
+    Platform("executor", "mldiag_executor", "MLDIAG_EXECUTOR_", 8086),
 )
+"""The services on the bus (each with its own NATS user)."""
+EDGE = Platform("edge", "mldiag_platform.edge", "MLDIAG_EDGE_", 8080)
+"""The one base URL in front of them (compose and `mldiag up`; an Ingress in Kubernetes)."""
 by_service = pytest.mark.parametrize("platform", PLATFORM, ids=lambda p: p.service)
 
 # ${NAME:-default} and ${NAME-default}; $$ is a literal dollar.
 _VARIABLE = re.compile(r"\$\$|\$\{(?P<name>\w+)(?P<op>:?-)?(?P<default>[^}]*)\}|\$(?P<bare>\w+)")
-_HEALTHZ_URL = re.compile(r"https?://(?P<host>127\.0\.0\.1|localhost):(?P<port>\d+)/healthz\b")
+_HEALTHZ_URL = re.compile(
+    r"https?://(?P<host>127\.0\.0\.1|localhost):(?P<port>\d+)/(_edge/)?healthz\b"
+)
 DEFAULT_NATS_PORT = 4222
 DEFAULT_POSTGRES_PORT = 5432
 
@@ -342,7 +349,7 @@ def test_health_probes_exit_non_zero_on_an_unhealthy_answer(
     with _serve_status(status) as port:
         probes = {
             _HEALTHZ_URL.sub(f"http://127.0.0.1:{port}/healthz", _healthcheck_test(service)[3])
-            for service in (services[platform.service] for platform in PLATFORM)
+            for service in (services[platform.service] for platform in (*PLATFORM, EDGE))
         }
         for probe in probes:
             result = subprocess.run(
@@ -447,7 +454,7 @@ def test_database_url_points_at_the_postgres_container(
         assert f"PASSWORD '{parsed.password}'" in roles_sql
         assert service["depends_on"]["postgres-roles"]
         assert parsed.path.lstrip("/") == server["POSTGRES_DB"]
-    assert users == 2, "run-registry and event-detector keep their tables in PostgreSQL"
+    assert users == 3, "run-registry, event-detector and training keep tables in PostgreSQL"
 
 
 def test_postgres_takes_passwords_and_postgres_roles_runs_the_generated_sql(
@@ -574,7 +581,8 @@ def test_object_storage_is_the_emulator_with_the_bucket_ready(
         # Healthy only once the bucket exists, and the services wait for healthy.
         probe = " ".join(_healthcheck_test(server))
         assert f"/storage/v1/b/{storage.netloc}" in probe
-    assert users == 2, "run-registry and xprof-provisioner read and write profiles"
+    # Profiles (run-registry, xprof-provisioner), packages and logs (training, executor).
+    assert users == 4
 
 
 def test_services_agree_on_the_installation(services: dict[str, dict[str, Any]]) -> None:
@@ -596,3 +604,77 @@ def test_xprof_instances_are_not_published_and_work_dir_is_a_volume(
     for port in settings.instance_ports:
         assert port not in published, f"XProf port {port} is published"
     assert str(settings.work_dir) in _named_volume_mounts(service).values()
+
+
+# --- the edge --------------------------------------------------------------------------------
+
+
+def test_the_edge_is_the_one_base_url_in_front_of_every_routed_service(
+    services: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mldiag_platform.edge.routes import SERVICES as ROUTED  # noqa: PLC0415
+
+    edge = services[EDGE.service]
+    assert [str(part) for part in edge["command"]] == ["python", "-m", EDGE.module]
+    assert edge.get("build"), "the edge runs from the repository's image"
+    env = _environment(edge)
+    unknown = {name for name in env if name.startswith("MLDIAG_")} - settings_env_names(
+        settings_class_of(EDGE)
+    )
+    assert not unknown, f"the edge sets variables no settings field reads: {unknown}"
+    # No credentials: it touches neither NATS nor PostgreSQL.
+    assert not _env_files(edge)
+    assert not {"MLDIAG_NATS_URL", "MLDIAG_DATABASE_URL"} & set(env)
+    settings: Any = settings_from(EDGE, env, monkeypatch)
+    assert settings.host == "0.0.0.0"
+    assert settings.port == EDGE.port == 8080
+    # Published on every interface (what users reach); the services' HTTP ports are not,
+    # except ingestion's writes and OTLP receivers, reached from other machines.
+    assert _container_ports(edge) == {8080: ""}
+    upstreams = settings.upstreams()
+    assert set(upstreams) == set(ROUTED)
+    by_service = {platform.service: platform for platform in PLATFORM}
+    for service, url in upstreams.items():
+        parsed = urlparse(url)
+        assert parsed.hostname == service, f"{service}'s URL {url} names another container"
+        target: Any = settings_from(
+            by_service[service], _environment(services[service]), monkeypatch
+        )
+        assert parsed.port == target.port, f"{service} listens on {target.port}, not {url}"
+    for service in ("run-registry", "ingestion"):
+        assert edge["depends_on"][service]["condition"] == "service_healthy"
+
+
+def test_users_reach_the_services_through_the_edge_only(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for platform in PLATFORM:
+        published = _container_ports(services[platform.service])
+        everywhere = {port for port, host in published.items() if host == ""}
+        if platform.service == "ingestion":
+            # Older SDK setups name ingestion's port, and OTLP exporters need their own.
+            assert everywhere == {8081, 4317, 4318}
+        else:
+            assert everywhere == set(), f"{platform.service} is published beyond loopback"
+
+
+def test_links_people_open_use_the_one_base_url(services: dict[str, dict[str, Any]]) -> None:
+    registry = _environment(services["run-registry"])
+    provisioner = _environment(services["xprof-provisioner"])
+    training = _environment(services["training"])
+    assert registry["MLDIAG_RUN_REGISTRY_XPROF_URL"] == "http://localhost:8080"
+    assert provisioner["MLDIAG_XPROF_PROVISIONER_PUBLIC_URL"] == "http://localhost:8080"
+    # Replicas run in the executor's container and reach the edge by its service name.
+    assert training["MLDIAG_TRAINING_PUBLIC_API_URL"] == "http://edge:8080"
+
+
+def test_the_executor_keeps_its_identity_and_state(
+    services: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    platform = next(p for p in PLATFORM if p.service == "executor")
+    service = services["executor"]
+    settings: Any = settings_from(platform, _environment(service), monkeypatch)
+    assert settings.backend == "local"
+    # Not the container's host name, which a recreated container changes (a new durable).
+    assert settings.executor_id == "compose-local"
+    assert str(settings.state_dir) in _named_volume_mounts(service).values()

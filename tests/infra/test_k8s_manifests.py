@@ -42,6 +42,7 @@ from infra.test_compose import (
 )
 from mldiag_platform import substrate
 from mldiag_platform.bus import connect_bus
+from mldiag_platform.edge.routes import ROUTES, RouteTable
 from mldiag_platform.settings import NatsSettings
 from mldiag_schemas.bus import ALL_STREAMS
 from support import free_port
@@ -758,9 +759,36 @@ def test_the_ingress_routes_every_path_to_the_service_that_serves_it(
     assert routed > 60
 
 
+def test_the_ingress_says_what_the_edges_route_table_says(rendered: Rendered) -> None:
+    # One table for the embedded edge (mldiag up, compose) and production's Ingress.
+    (rule,) = rendered.get("Ingress", "mldiag")["spec"]["rules"]
+    rules = {
+        (entry["path"], entry["backend"]["service"]["name"]) for entry in rule["http"]["paths"]
+    }
+    assert rules == {(route.pattern, route.service) for route in ROUTES}
+    for entry in rule["http"]["paths"]:
+        assert entry["backend"]["service"]["port"]["name"] == "http"
+
+
+def test_the_edge_and_the_ingress_route_every_request_alike(
+    production: Rendered, apps: dict[str, FastAPI]
+) -> None:
+    ingress = production.get("Ingress", "mldiag")
+    host = ingress["spec"]["rules"][0]["host"]
+    table = RouteTable()
+    for _owner, _method, path in _requests(apps):
+        assert table.service_for(path) == _route([ingress], host, path)[0], path
+
+
 @pytest.mark.parametrize(
     ("path", "service"),
     [
+        ("/v1/projects/p/locations/us-central1/customJobs", "training"),
+        ("/v1/customJobs/123:cancel", "training"),
+        ("/v1/projects/p/locations/l/customJobs/1/logs", "training"),
+        ("/upload/v1/projects/p/locations/l/packages", "training"),
+        ("/v1/projects/p/locations/l/models/7@1", "training"),
+        ("/v1/projects/p/locations/l/operations/o1", "run-registry"),
         ("/v1/machineLearningRuns/r1/metrics:write", "ingestion"),
         ("/v1/projects/p/locations/l/machineLearningRuns/r1:heartbeat", "ingestion"),
         ("/v1/machineLearningRuns/r1:reportSignal", "ingestion"),
