@@ -434,3 +434,18 @@ async def test_an_ended_jobs_replica_on_a_silent_executor_is_let_go(
         await a.start_announcing()
         nxt = await h.create_job([container_pool(1)])
         await h.wait_state(nxt, JobState.PENDING)
+
+
+async def test_a_start_after_the_cancel_is_stopped_again(h: Harness) -> None:
+    ex = h.executor("exec-late")
+    await joined(h, ex)
+    job_id = await h.create_job([container_pool(1)])
+    await ex.wait_commands(1)
+    await h.request_cancel(job_id)  # the stop may reach the executor before the start
+    await ex.wait_commands(2)
+    await ex.started(ex.starts()[0].replica)
+    await ex.wait_commands(3)
+    assert [s.reason for s in ex.stops()] == ["cancelled", "superseded"]
+    assert await h.state(job_id) == JobState.CANCELLING
+    await ex.exited(ex.starts()[0].replica, 143, reason="killed")
+    await h.wait_state(job_id, JobState.CANCELLED)

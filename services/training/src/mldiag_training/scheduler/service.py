@@ -24,7 +24,7 @@ a new address; without a gang restart its peers keep the old one in their CLUSTE
 
 import asyncio
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol
@@ -290,8 +290,9 @@ class Scheduler:
                     )
                     await self._save(unit, job, current)
                 if job.row.state.terminal or current.stop_reason is not None:
-                    reason = current.stop_reason or "superseded"
-                    await unit.stage([self._stop_message(fact.executor_id, key, _reason(reason))])
+                    # Its stop may have reached the executor before its start did: say it
+                    # again, under another id (the same one would be dropped as a duplicate).
+                    await unit.stage([self._stop_message(fact.executor_id, key, "superseded")])
                 await self._maybe_running(unit, job, now)
         await self._after()
 
@@ -826,18 +827,6 @@ class Scheduler:
 def _gang(spec: CustomJobSpec) -> bool:
     scheduling = spec.scheduling or Scheduling()
     return scheduling.restart_job_on_worker_restart and not scheduling.disable_retries
-
-
-def _reason(value: str) -> StopReason:
-    known: Sequence[StopReason] = (
-        "cancelled",
-        "timeout",
-        "restart",
-        "superseded",
-        "failed",
-        "completed",
-    )
-    return next((reason for reason in known if reason == value), "superseded")
 
 
 def _failure(replica: ReplicaRow, reason: ExitReason, why: str) -> RpcStatus:
