@@ -1,8 +1,9 @@
 """The whole platform as a user runs it: `mldiag up --detach`, curl-like calls, `mldiag down`.
 
-Points including a NaN go in through ingestion; the points, the event the detector opens
-and the analyzer's analysis come back through the registry's REST API; `mldiag down`
-leaves no process behind.
+Everything goes through the one base URL (the edge on the API port): points including a NaN
+go in (to ingestion), the points, the event the detector opens and the analyzer's analysis
+come back (from the registry), XProf and training answer there too; `mldiag down` leaves no
+process behind.
 """
 
 import asyncio
@@ -31,7 +32,7 @@ from support import world_readable_tempdir
 pytestmark = pytest.mark.e2e
 
 MLDIAG = [sys.executable, "-m", "mldiag.cli"]
-BASE_PORTS = (4317, 4318, 8080, 8081, 8082, 8083, 8084, 14222, 18222, 15432)
+BASE_PORTS = (4317, 4318, 8080, 8081, 8082, 8083, 8084, 8085, 8086, 8090, 14222, 18222, 15432)
 
 
 def _ports_free(offset: int) -> bool:
@@ -157,8 +158,9 @@ def test_points_event_and_analysis_come_back_through_the_api(stack: Stack) -> No
     assert created.json()["response"]["runId"] == run_id  # a done create operation
 
     body = b'{"series": [{"name": "loss", "steps": [1, 2, 3, 4], "values": [0.9, 0.7, NaN, 0.5], "host": "host-0"}]}'
+    # The one base URL takes the write and hands it to ingestion.
     written = httpx.post(
-        f"{stack.ingestion}/v1/machineLearningRuns/{run_id}/metrics:write",
+        f"{stack.api}/v1/machineLearningRuns/{run_id}/metrics:write",
         content=body,
         timeout=5,
         headers=stack.auth,
@@ -214,14 +216,23 @@ def test_the_substrate_is_locked_down(stack: Stack) -> None:
     monitor = f"http://127.0.0.1:{18222 + stack.offset}"
     connections = httpx.get(f"{monitor}/connz?auth=true", timeout=5).json()["connections"]
     users = {connection.get("authorized_user") for connection in connections}
-    assert users == {"run-registry", "ingestion", "event-detector", "analyzer", "xprof-provisioner"}
+    assert users == {
+        "run-registry",
+        "ingestion",
+        "event-detector",
+        "analyzer",
+        "xprof-provisioner",
+        "training",
+        "executor",
+    }
     secrets = stack.home / "secrets"
     assert stat.S_IMODE(secrets.stat().st_mode) == 0o700
     assert {stat.S_IMODE(path.stat().st_mode) for path in secrets.iterdir()} == {0o600}
 
 
 def test_xprof_instance_starts_and_stops(stack: Stack) -> None:
-    provisioner = f"http://127.0.0.1:{8084 + stack.offset}"
+    # Through the one base URL: the edge sends /v1/xprofInstances and /xprof/ to the provisioner.
+    provisioner = stack.api
     # Instances start only for runs with a profile in storage (the file:// root).
     session = stack.home / "storage" / "e2e-profiles" / "plugins" / "profile" / "s1"
     session.mkdir(parents=True)
@@ -253,7 +264,7 @@ def test_down_leaves_no_process_behind() -> None:
     try:
         assert stack.cli("up", "--detach").returncode == 0
         pids = stack.pids()
-        assert len(pids) >= 8  # supervisor, NATS, PostgreSQL and five services
+        assert len(pids) >= 11  # supervisor, NATS, PostgreSQL, the edge and seven services
         assert all(_pid_alive(pid) for pid in pids)
         down = stack.cli("down")
         assert down.returncode == 0, down.stdout + down.stderr
@@ -313,3 +324,24 @@ def test_otlp_http_has_its_own_port_and_configs_reach_the_run(stack: Stack) -> N
     while user_configs() != {"lr": 0.1} and time.monotonic() < deadline:
         time.sleep(0.2)
     assert user_configs() == {"lr": 0.1}
+
+
+def test_training_and_live_streams_answer_on_the_api_port(stack: Stack) -> None:
+    jobs = httpx.get(
+        f"{stack.api}/v1/projects/default/locations/us-central1/customJobs",
+        timeout=5,
+        headers=stack.auth,
+    )
+    assert jobs.status_code == 200, jobs.text
+    assert "customJobs" in jobs.json() or jobs.json() == {}
+    # The console's live updates (server-sent events) pass the edge as they come.
+    with httpx.stream(
+        "GET", f"{stack.api}/v1/machineLearningRuns:watch", timeout=10, headers=stack.auth
+    ) as live:
+        assert live.status_code == 200
+        assert live.headers["content-type"].startswith("text/event-stream")
+        assert next(live.iter_raw())
+    status = stack.cli("status")
+    assert "API (edge)" in status.stdout
+    assert "training" in status.stdout
+    assert "executor" in status.stdout
