@@ -169,7 +169,7 @@ def test_one_indexed_job_per_pool_with_the_failure_policy() -> None:
         "python",
         "train.py",
     ]
-    assert spec["template"]["metadata"]["labels"]["mldiag.dev/job"] == "4242"
+    assert spec["template"]["metadata"]["labels"]["mldiag.io/job"] == "4242"
 
 
 def test_the_token_lives_in_the_secret_only() -> None:

@@ -39,7 +39,7 @@ import math
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from pydantic import Field
@@ -48,7 +48,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from mldiag_executor.backends.addresses import rewrite_addresses
 from mldiag_executor.backends.base import BackendName, PreparedLaunch, ReplicaExit
 from mldiag_executor.errors import Rejected
+from mldiag_platform.errors import MldiagError
 from mldiag_schemas.replicas import ExitReason, ReplicaKey, Resources, StartReplica
+
+if TYPE_CHECKING:
+    from mldiag_executor.settings import ExecutorSettings
 
 log = structlog.get_logger(__name__)
 
@@ -56,10 +60,13 @@ Manifest = dict[str, Any]
 
 CONTAINER = "replica"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
-LABEL_EXECUTOR = "mldiag.dev/executor"
-LABEL_JOB = "mldiag.dev/job"
-LABEL_ATTEMPT = "mldiag.dev/attempt"
-LABEL_POOL = "mldiag.dev/pool"
+LABEL_EXECUTOR = "mldiag.io/executor"
+LABEL_JOB = "mldiag.io/job"
+LABEL_ATTEMPT = "mldiag.io/attempt"
+LABEL_POOL = "mldiag.io/pool"
+LABEL_REPLICA = "mldiag.io/training-replica"
+"""On every replica pod: the NetworkPolicy ``training-replicas`` lets them reach each other."""
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 TOKEN_VARIABLE = "MLDIAG_TOKEN"  # noqa: S105  # a variable's name, not a secret
 INDEX_ENV = "MLDIAG_INDEX_ENV"
@@ -88,7 +95,11 @@ class KubernetesBackendSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="MLDIAG_EXECUTOR_K8S_", frozen=True)
 
-    namespace: str = Field(default="mldiag-jobs", description="Where Jobs are created.")
+    namespace: str = Field(
+        default="",
+        description="Where Jobs are created (default: the executor pod's own namespace, "
+        "else ``default``).",
+    )
     service_account: str = Field(default="", description="The pods' service account.")
     launcher: list[str] = Field(
         default_factory=lambda: ["mldiag", "run", "--replica", "{replica}"],
@@ -113,6 +124,10 @@ class KubernetesBackendSettings(BaseSettings):
         default="cloud.google.com/gke-tpu-accelerator",
         description="The node label that names a node's TPU type.",
     )
+    accelerator_type: str = Field(
+        default="", description="The accelerator type announced (Vertex's name)."
+    )
+    accelerator_count: int = Field(default=0, ge=0, description="How many are announced.")
     ttl_seconds_after_finished: int = Field(
         default=3600, ge=0, description="How long a finished Job is kept."
     )
@@ -124,8 +139,6 @@ class KubernetesBackendSettings(BaseSettings):
         default="replicas.mldiag.invalid",
         description="The placeholder address the executor announces (rewritten per pod).",
     )
-    cpus: float = Field(default=0, ge=0, description="Announced CPUs (0: the nodes' sum).")
-    memory_bytes: int = Field(default=0, ge=0, description="Announced memory (0: the nodes').")
 
 
 # --- names ------------------------------------------------------------------------------------
@@ -248,7 +261,7 @@ def render_attempt(
         (c.replica.job_id, c.replica.attempt) != (first.job_id, first.attempt) for c in commands
     ):
         raise ValueError("one job attempt at a time")
-    namespace = settings.namespace
+    namespace = settings.namespace or "default"
     base = base_name(first)
     labels = _labels(first, executor_id)
     hosts, indices = pod_hosts(commands)
@@ -383,7 +396,10 @@ def _render_job(
                     },
                 ]
             },
-            "template": {"metadata": {"labels": {**pool_labels}}, "spec": pod_spec},
+            "template": {
+                "metadata": {"labels": {**pool_labels, LABEL_REPLICA: "true"}},
+                "spec": pod_spec,
+            },
         },
     }
 
@@ -477,17 +493,19 @@ class KubernetesBackend:
         self,
         *,
         executor_id: str,
+        capacity: Resources,
         settings: KubernetesBackendSettings | None = None,
         api_client: Any = None,
     ) -> None:
         self._executor_id = executor_id
-        self._settings = settings or KubernetesBackendSettings()
+        settings = settings or KubernetesBackendSettings()
+        if not settings.namespace:
+            settings = settings.model_copy(update={"namespace": own_namespace()})
+        self._settings = settings
         self._api_client = api_client
         self._batch_api: Any = None
         self._core_api: Any = None
-        self._capacity = Resources(
-            cpus=self._settings.cpus, memory_bytes=self._settings.memory_bytes
-        )
+        self._capacity = capacity
         self._batches: dict[tuple[str, int], _Batch] = {}
         self._placed: dict[ReplicaKey, _Placed] = {}
         self._hosts: dict[str, dict[int, str]] = {}
@@ -512,7 +530,8 @@ class KubernetesBackend:
         return self._batch_api, self._core_api
 
     def capacity(self) -> Resources:
-        """The settings' figures, else the schedulable nodes' allocatable sum."""
+        """What the executor's settings say the replicas' Jobs may use (a quota, a node
+        pool): the cluster's nodes come and go with autoscaling."""
         return self._capacity
 
     def address(self) -> str:
@@ -676,8 +695,21 @@ class KubernetesBackend:
             yield await self._exits.get()
 
     async def reported(self, replica: ReplicaKey) -> None:
-        """Forget the attempt (its Job goes with ``ttlSecondsAfterFinished``)."""
+        """Forget the attempt (its Job goes with ``ttlSecondsAfterFinished``); the last
+        of an attempt takes its Service and Secret along."""
         self._placed.pop(replica, None)
+        if any((k.job_id, k.attempt) == (replica.job_id, replica.attempt) for k in self._placed):
+            return
+        kubernetes = _client_module()
+        _, core_api = self._apis()
+        base = base_name(replica)
+        namespace = self._settings.namespace
+        for delete, name in (
+            (core_api.delete_namespaced_service, base),
+            (core_api.delete_namespaced_secret, f"{base}-token"),
+        ):
+            with contextlib.suppress(kubernetes.client.ApiException):
+                await asyncio.to_thread(delete, name, namespace)
 
     def _spawn(self, coroutine: Any) -> asyncio.Task[Any]:
         task = asyncio.create_task(coroutine)
@@ -694,3 +726,35 @@ class KubernetesBackend:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._watcher = None
+
+
+def own_namespace() -> str:
+    """The executor pod's namespace (its service account's), else ``default``."""
+    try:
+        with open(SERVICE_ACCOUNT_NAMESPACE) as handle:
+            return handle.read().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def create(settings: "ExecutorSettings") -> KubernetesBackend:
+    """The Kubernetes backend of ``settings`` (``MLDIAG_EXECUTOR_K8S_*`` for the rest):
+    announces ``MLDIAG_EXECUTOR_CPUS`` / ``MEMORY_BYTES`` (required: a cluster has no
+    fixed size)."""
+    if not settings.cpus or not settings.memory_bytes:
+        raise MldiagError(
+            "the kubernetes backend announces what its Jobs may use: set "
+            "MLDIAG_EXECUTOR_CPUS and MLDIAG_EXECUTOR_MEMORY_BYTES"
+        )
+    backend_settings = KubernetesBackendSettings()
+    if settings.address:
+        backend_settings = backend_settings.model_copy(update={"address": settings.address})
+    capacity = Resources(
+        cpus=settings.cpus,
+        memory_bytes=settings.memory_bytes,
+        accelerator_type=backend_settings.accelerator_type,
+        accelerator_count=backend_settings.accelerator_count,
+    )
+    return KubernetesBackend(
+        executor_id=settings.executor_id, capacity=capacity, settings=backend_settings
+    )
