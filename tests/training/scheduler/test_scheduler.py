@@ -407,6 +407,7 @@ async def test_refuse_unfittable(h: Harness) -> None:
     with pytest.raises(FailedPrecondition) as caught:
         await h.scheduler.refuse_unfittable(spec)
     assert caught.value.message.startswith("jobSpec.workerPoolSpecs[1]")
+    assert "the largest has 4 CPUs" in caught.value.message
     gang = CustomJobSpec.model_validate(
         {"workerPoolSpecs": [container_pool(1, "local-large"), container_pool(1, "local-large")]}
     )
@@ -449,3 +450,16 @@ async def test_a_start_after_the_cancel_is_stopped_again(h: Harness) -> None:
     assert await h.state(job_id) == JobState.CANCELLING
     await ex.exited(ex.starts()[0].replica, 143, reason="killed")
     await h.wait_state(job_id, JobState.CANCELLED)
+
+
+async def test_a_bad_announcement_is_dropped_and_the_next_one_heard(h: Harness) -> None:
+    client = h.bus.broker.config.connection_state.connection
+    await client.publish(h.bus.namespace.subject(subjects.EXECUTOR_ANNOUNCED, "junk"), b"{nope")
+    ex = h.executor("exec-after-junk")
+    await joined(h, ex)
+    row = await h.pool.fetchrow(
+        "SELECT address, first_port, port_count FROM executors WHERE executor_id = $1",
+        "exec-after-junk",
+    )
+    assert row is not None
+    assert tuple(row) == ("exec-after-junk.test", 20000, 100)

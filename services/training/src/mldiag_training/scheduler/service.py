@@ -211,8 +211,8 @@ class Scheduler:
             raise Unfittable(
                 f"{field_path}: no executor seen in the last "
                 f"{int(KNOWN_EXECUTORS_WINDOW.total_seconds() // 60)} minutes could ever run "
-                f"one replica ({_describe(bad.resources)}); the largest have "
-                + "; ".join(_describe(e.capacity) for e in executors[:5]),
+                f"one replica ({_describe(bad.resources)}); the largest has "
+                + _describe(max(executors, key=_size).capacity),
                 details=[{"field": field_path, "problem": "fits on no executor"}],
             )
         if place_gang(demands, rooms()) is None:
@@ -865,6 +865,11 @@ def _describe(resources: Resources) -> str:
     if resources.accelerator_count:
         text += f", {resources.accelerator_count} x {resources.accelerator_type}"
     return text
+
+
+def _size(executor: ExecutorRow) -> tuple[int, float, int]:
+    capacity = executor.capacity
+    return (capacity.accelerator_count, capacity.cpus, capacity.memory_bytes)
 
 
 def _log_key(key: ReplicaKey) -> dict[str, object]:
