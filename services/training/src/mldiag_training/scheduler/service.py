@@ -23,11 +23,10 @@ a new address; without a gang restart its peers keep the old one in their CLUSTE
 """
 
 import asyncio
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Literal, Protocol
+from typing import Protocol
 
 import structlog
 
@@ -51,13 +50,23 @@ from mldiag_schemas.replicas import (
     ExitReason,
     ReplicaExited,
     ReplicaKey,
-    ReplicaLaunch,
     ReplicaStarted,
     Resources,
     StartReplica,
     StopReplica,
 )
-from mldiag_training.scheduler.environment import PlatformPlace, ReplicaPlace, logs_uri, replica_env
+from mldiag_training.scheduler.commands import (
+    CANCELLED_CODE,
+    DEADLINE_EXCEEDED_CODE,
+    FAILED_PRECONDITION_CODE,
+    MESSAGE_TAIL,
+    StopReason,
+    failure_status,
+    replica_key,
+    start_replica,
+    stop_replica,
+)
+from mldiag_training.scheduler.environment import PlatformPlace
 from mldiag_training.scheduler.errors import Unfittable
 from mldiag_training.scheduler.machines import MachineTable
 from mldiag_training.scheduler.placement import (
@@ -78,24 +87,11 @@ from mldiag_training.scheduler.repository import (
 
 log = structlog.get_logger(__name__)
 
-StopReason = Literal["cancelled", "timeout", "restart", "superseded", "failed", "completed"]
-
 KNOWN_EXECUTORS_WINDOW = timedelta(minutes=10)
 """Executors heard from within this decide whether a new job could ever fit."""
 TOKEN_AFTER_DEADLINE = timedelta(hours=1)
 """A replica token outlives the job's deadline by this (it is revoked when the job ends)."""
-MESSAGE_TAIL = 2000
-"""How much of an exit's message a job's error keeps."""
-
 LIVE = (ReplicaState.PENDING, ReplicaState.RUNNING)
-_IDS = uuid.UUID("6f1c8d52-3b0e-4d0a-9a55-7d1f0e0c2a11")
-
-# google.rpc.Code numbers a job's error uses.
-CANCELLED_CODE = 1
-INVALID_ARGUMENT_CODE = 3
-DEADLINE_EXCEEDED_CODE = 4
-FAILED_PRECONDITION_CODE = 9
-INTERNAL_CODE = 13
 
 
 class SchedulerSettings(Protocol):
@@ -123,12 +119,6 @@ class SchedulerSettings(Protocol):
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _key(replica: ReplicaRow) -> ReplicaKey:
-    return ReplicaKey(
-        job_id=replica.job_id, pool=replica.pool, index=replica.index, attempt=replica.attempt
-    )
 
 
 @dataclass
@@ -386,7 +376,7 @@ class Scheduler:
                 if replica.executor_id not in work.live_executors:
                     log.warning(
                         "scheduler.replica_lost",
-                        **_log_key(_key(replica)),
+                        **_log_key(replica_key(replica)),
                         executor=replica.executor_id,
                     )
                     message = f"its executor {replica.executor_id} went silent"
@@ -534,73 +524,16 @@ class Scheduler:
         for replica in dispatched:
             log.info(
                 "scheduler.replica_restarted",
-                **_log_key(_key(replica)),
+                **_log_key(replica_key(replica)),
                 executor=replica.executor_id,
             )
 
     def _start_message(self, job: _Job, replica: ReplicaRow, token: str) -> StartReplica:
-        row = job.row
-        pool = row.spec.worker_pool_specs[replica.pool]
-        place = ReplicaPlace(
-            job_id=row.job_id,
-            project=row.project,
-            location=row.location,
-            pool=replica.pool,
-            index=replica.index,
-            attempt=replica.attempt,
-            cluster=job.cluster(),
-        )
-        storage = self._settings.storage.url
-        env = replica_env(
-            row.spec, place, PlatformPlace(self._settings.public_api_url, token, storage)
-        )
-        resources = replica.resources or Resources(cpus=0, memory_bytes=0)
-        logs = logs_uri(storage, row.job_id, replica.pool, replica.index, replica.attempt)
-        if pool.container_spec is not None:
-            spec = pool.container_spec
-            launch = ReplicaLaunch(
-                image_uri=spec.image_uri,
-                command=[*spec.command, *spec.args],
-                env=env,
-                resources=resources,
-                port=replica.port or 1,
-                logs_uri=logs,
-            )
-        else:
-            package = pool.python_package_spec
-            assert package is not None  # noqa: S101  # a non-empty pool has one task
-            launch = ReplicaLaunch(
-                image_uri=package.executor_image_uri,
-                package_uris=list(package.package_uris),
-                python_module=package.python_module,
-                args=list(package.args),
-                env=env,
-                resources=resources,
-                port=replica.port or 1,
-                logs_uri=logs,
-            )
-        key = _key(replica)
-        return StartReplica(
-            event_id=uuid.uuid5(_IDS, f"start:{key.job_id}:{key.pool}:{key.index}:{key.attempt}"),
-            executor_id=replica.executor_id or "",
-            replica=key,
-            project=row.project,
-            location=row.location,
-            launch=launch,
-            run_token=token,
-            deadline=row.deadline,
-        )
+        platform = PlatformPlace(self._settings.public_api_url, token, self._settings.storage.url)
+        return start_replica(job.row, replica, job.cluster(), platform)
 
     def _stop_message(self, executor_id: str, key: ReplicaKey, reason: StopReason) -> StopReplica:
-        # The same stop always has the same id: staging it twice publishes it once.
-        name = f"stop:{executor_id}:{key.job_id}:{key.pool}:{key.index}:{key.attempt}:{reason}"
-        return StopReplica(
-            event_id=uuid.uuid5(_IDS, name),
-            executor_id=executor_id,
-            replica=key,
-            reason=reason,
-            grace_seconds=self._settings.stop_grace_seconds,
-        )
+        return stop_replica(executor_id, key, reason, self._settings.stop_grace_seconds)
 
     # -- state changes ------------------------------------------------------------------
 
@@ -659,7 +592,7 @@ class Scheduler:
                 if scheduling.disable_retries
                 else f"it failed {used + 1} times (max_restarts {self._settings.max_restarts})"
             )
-            error = _failure(replica, reason, why)
+            error = failure_status(replica, reason, why)
             await self._finish(unit, job, now, JobState.FAILED, error, "failed")
             return
         await self._save(
@@ -668,7 +601,7 @@ class Scheduler:
         await self._set_job(unit, job, now, restarts=job.row.restarts + 1)
         log.info(
             "scheduler.replica_failed",
-            **_log_key(_key(replica)),
+            **_log_key(replica_key(replica)),
             reason=reason,
             exit_code=replica.exit_code,
             restart=used + 1,
@@ -680,10 +613,7 @@ class Scheduler:
             if (other.pool, other.index) == (replica.pool, replica.index):
                 continue
             if other.state in LIVE and other.stop_reason is None:
-                await unit.stage(
-                    [self._stop_message(other.executor_id or "", _key(other), "restart")]
-                )
-                await self._save(unit, job, replace(other, stop_reason="restart"))
+                await self._stop(unit, job, other, "restart")
             elif other.state in (
                 ReplicaState.SUCCEEDED,
                 ReplicaState.FAILED,
@@ -705,14 +635,7 @@ class Scheduler:
         )
 
     async def _cancel(self, unit: SchedulerUnit, job: _Job, now: datetime) -> None:
-        for replica in list(job.replicas.values()):
-            if replica.state in LIVE and replica.stop_reason is None:
-                await unit.stage(
-                    [self._stop_message(replica.executor_id or "", _key(replica), "cancelled")]
-                )
-                await self._save(unit, job, replace(replica, stop_reason="cancelled"))
-            elif replica.state == ReplicaState.RESTARTING:
-                await self._save(unit, job, replace(replica, state=ReplicaState.CANCELLED))
+        await self._stop_all(unit, job, "cancelled")
         if not job.live():
             error = RpcStatus(code=CANCELLED_CODE, message="The job was cancelled.")
             await self._set_job(unit, job, now, state=JobState.CANCELLED, error=error, end_time=now)
@@ -729,20 +652,29 @@ class Scheduler:
         """End the job; stop what still runs, drop pending restarts."""
         if not await self._set_job(unit, job, now, state=state, error=error, end_time=now):
             return
-        for replica in list(job.replicas.values()):
-            if replica.state in LIVE and replica.stop_reason is None:
-                await unit.stage(
-                    [self._stop_message(replica.executor_id or "", _key(replica), stop_reason)]
-                )
-                await self._save(unit, job, replace(replica, stop_reason=stop_reason))
-            elif replica.state == ReplicaState.RESTARTING:
-                await self._save(unit, job, replace(replica, state=ReplicaState.CANCELLED))
+        await self._stop_all(unit, job, stop_reason)
         log.info(
             "scheduler.job_ended",
             job_id=job.row.job_id,
             state=state.value,
             error=error.message if error else None,
         )
+
+    async def _stop(
+        self, unit: SchedulerUnit, job: _Job, replica: ReplicaRow, reason: StopReason
+    ) -> None:
+        """Send a live attempt its stop, once: it stays live until its exit is reported."""
+        executor = replica.executor_id or ""
+        await unit.stage([self._stop_message(executor, replica_key(replica), reason)])
+        await self._save(unit, job, replace(replica, stop_reason=reason))
+
+    async def _stop_all(self, unit: SchedulerUnit, job: _Job, reason: StopReason) -> None:
+        """Stop every live attempt not stopped yet; drop pending restarts."""
+        for replica in list(job.replicas.values()):
+            if replica.state in LIVE and replica.stop_reason is None:
+                await self._stop(unit, job, replica, reason)
+            elif replica.state == ReplicaState.RESTARTING:
+                await self._save(unit, job, replace(replica, state=ReplicaState.CANCELLED))
 
     async def _maybe_running(self, unit: SchedulerUnit, job: _Job, now: datetime) -> None:
         started = (ReplicaState.RUNNING, ReplicaState.SUCCEEDED)
@@ -827,37 +759,6 @@ class Scheduler:
 def _gang(spec: CustomJobSpec) -> bool:
     scheduling = spec.scheduling or Scheduling()
     return scheduling.restart_job_on_worker_restart and not scheduling.disable_retries
-
-
-def _failure(replica: ReplicaRow, reason: ExitReason, why: str) -> RpcStatus:
-    name = f"workerpool{replica.pool}-{replica.index}"
-    if reason == "exited":
-        what = f"exited with a non-zero status of {replica.exit_code}"
-        code = INVALID_ARGUMENT_CODE  # what Vertex answers for a replica's own failure
-    elif reason == "killed":
-        what = f"was killed (status {replica.exit_code})"
-        code = INVALID_ARGUMENT_CODE
-    elif reason == "lost":
-        what = "was lost with its executor"
-        code = INTERNAL_CODE
-    else:
-        what = "could not start" if reason == "setup_failed" else "was refused by its executor"
-        code = FAILED_PRECONDITION_CODE
-    message = f"The replica {name} {what} (attempt {replica.attempt}); the job failed: {why}."
-    if replica.message:
-        message += f"\n{replica.message[-MESSAGE_TAIL:]}"
-    return RpcStatus(
-        code=code,
-        message=message,
-        details=[
-            {
-                "replica": name,
-                "attempt": replica.attempt,
-                "exitCode": replica.exit_code,
-                "reason": reason,
-            }
-        ],
-    )
 
 
 def _describe(resources: Resources) -> str:
