@@ -12,7 +12,8 @@ import pytest
 from mldiag_schemas.auth import Role
 from mldiag_schemas.files import LogStream
 from mldiag_schemas.jobs import JobState
-from mldiag_training.files.service import log_key
+from mldiag_training.files.repository import FilesRepository
+from mldiag_training.files.service import LogsService, log_key
 from training.files.conftest import BOTH_STORAGES, FilesApi
 from training.jobs.test_validation import container_pool, sdk_job
 
@@ -240,3 +241,27 @@ async def test_the_stored_logs_are_listed(files_api: FilesApi, training_db: asyn
     missing = await files_api.client.get("/v1/customJobs/42/logs:list")
     assert missing.status_code == 404
     del training_db
+
+
+async def test_a_silent_follow_ends_when_its_reader_leaves(
+    files_api: FilesApi, training_db: asyncpg.Pool
+) -> None:
+    """Nothing is sent while a job is queued, so a reader gone is noticed by asking, every
+    poll (the route asks whether the client disconnected or the server stops)."""
+    job = await _job(files_api)
+    logs = LogsService(FilesRepository(training_db), files_api.store, poll_seconds=0.01)
+    target = await logs.target("default", "local", job)
+    plan = await logs.plan_read(target, (LogStream.STDOUT, LogStream.STDERR), None)
+    asked = 0
+
+    async def reader_left() -> bool:
+        nonlocal asked
+        asked += 1
+        return asked >= 3
+
+    def banner(_replica: str, _attempt: int) -> bytes:
+        return b""
+
+    chunks = [chunk async for chunk in logs.follow(plan, reader_left, banner)]
+    assert chunks == []
+    assert asked >= 3  # it ended as soon as it was told, though the job is still queued

@@ -101,8 +101,12 @@ async def read_logs(
     headers = _headers(plan, follow=follow)
     if not follow:
         return StreamingResponse(logs.read(plan), media_type=_TEXT, headers=headers)
-    stopping = stopping_event(request.app)
-    body: AsyncIterator[bytes] = logs.follow(plan, stopping.is_set, _banner)
+    server_stopping = stopping_event(request.app)
+
+    async def stopping() -> bool:
+        return server_stopping.is_set() or await request.is_disconnected()
+
+    body: AsyncIterator[bytes] = logs.follow(plan, stopping, _banner)
     return StreamingResponse(body, media_type=_TEXT, headers=headers)
 
 

@@ -13,7 +13,7 @@ import asyncio
 import hashlib
 import re
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -248,12 +248,14 @@ class LogsService:
     async def follow(
         self,
         plan: LogRead,
-        stopping: Callable[[], bool],
+        stopping: Callable[[], Awaitable[bool]],
         attempt_banner: Callable[[str, int], bytes],
     ) -> AsyncIterator[bytes]:
         """The planned ranges, then new bytes as they land, until the attempt ends (or, for
         a target not pinned to its attempt, until the job ends: each newer attempt follows,
-        announced by ``attempt_banner``), the job disappears or ``stopping()`` says so.
+        announced by ``attempt_banner``), the job disappears or ``stopping()`` says so (the
+        server stops, the reader left: checked every poll, since a silent stream would not
+        notice a reader gone until it next sends).
 
         With two streams, only whole lines are interleaved (a partial line waits for its
         end, or for the attempt's end) so lines of stdout and stderr never mix.
@@ -277,7 +279,7 @@ class LogsService:
                         if cut:
                             yield buffered[:cut]
                         pending[stream] = buffered[cut:]
-                if ended or stopping():
+                if ended or await stopping():
                     break
                 await asyncio.sleep(self._poll_seconds)
                 refreshed = await self._refresh(target)
@@ -295,11 +297,11 @@ class LogsService:
             yield attempt_banner(target.replica, target.attempt)
 
     async def _next_attempt(
-        self, target: LogTarget, stopping: Callable[[], bool]
+        self, target: LogTarget, stopping: Callable[[], Awaitable[bool]]
     ) -> LogTarget | None:
         """The replica's next attempt once it exists, or ``None`` when none will be
         followed (pinned, stopping, the job ended or disappeared)."""
-        while not (stopping() or target.pinned):
+        while not (target.pinned or await stopping()):
             newer = await self._refresh(target, latest=True)
             if newer is None:
                 return None
