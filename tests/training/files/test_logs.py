@@ -79,6 +79,8 @@ async def test_a_log_is_read_whole_by_range_and_by_tail(
     assert more.text == "step 3\n"
     assert more.headers["mldiag-log-next-offset"] == "21"
 
+    whole = await files_api.client.get(logs, params={"offset": "0"})  # 0 is every stream's start
+    assert whole.text == "step 1\nstep 2\nstep 3\nwarning\n"
     tail = await files_api.client.get(logs, params={"offset": "-7"})
     assert tail.text == "step 3\narning\n"  # the last 7 bytes of each stream
     long_form = f"/v1/projects/default/locations/local/customJobs/{job}/logs"

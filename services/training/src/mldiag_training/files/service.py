@@ -208,7 +208,7 @@ class LogsService:
     ) -> LogRead:
         """The byte ranges a read sends: from ``offset`` (one stream only; negative counts
         from the end, a tail) or from the start, up to each log's size now."""
-        if offset is not None and offset >= 0 and len(streams) > 1:
+        if offset is not None and offset > 0 and len(streams) > 1:
             raise InvalidLogRange(
                 "a positive offset reads one stream: add stream=stdout or stream=stderr"
                 " (a negative one, a tail, applies to each)",
