@@ -194,7 +194,8 @@ class LogsService:
     async def _job(self, project: str, location: str, job_id: str) -> JobFacts:
         job = await self._repository.job(project, location, job_id)
         if job is None:
-            raise JobNotFound(f"custom job {job_id} not found in {project}/{location}")
+            name = f"projects/{project}/locations/{location}/customJobs/{job_id}"
+            raise JobNotFound(f"{name} not found", details=[{"resource": name}])
         return job
 
     async def _size(self, key: str) -> int:
