@@ -384,6 +384,12 @@ UNSUPPORTED_MACHINE_FIELDS: dict[str, str] = {
 """machineSpec fields mldiag refuses by name (UNIMPLEMENTED)."""
 
 
+ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
+"""The ``@type`` of a ``google.rpc.ErrorInfo`` detail (each detail of a Status is an Any)."""
+ERROR_DOMAIN = "mldiag"
+"""``ErrorInfo.domain`` of every error mldiag's training API states."""
+
+
 class RpcStatus(Contract):
     """``google.rpc.Status``: why a job failed or was cancelled."""
 

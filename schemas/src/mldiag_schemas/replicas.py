@@ -119,12 +119,10 @@ class StopReplica(Envelope):
     type: Literal["dispatch.replica.stop"] = "dispatch.replica.stop"
     executor_id: ExecutorId = Field(description="The executor running it.")
     replica: ReplicaKey = Field(description="The attempt to stop.")
-    reason: Literal["cancelled", "timeout", "restart", "superseded", "failed", "completed"] = (
-        Field(
-            description="Why: the job was cancelled, timed out, is restarting every replica, "
-            "the attempt is not the current one, the job failed, or the job succeeded (its "
-            "chief exited 0) while this replica still ran."
-        )
+    reason: Literal["cancelled", "timeout", "restart", "superseded", "failed", "completed"] = Field(
+        description="Why: the job was cancelled, timed out, is restarting every replica, "
+        "the attempt is not the current one, the job failed, or the job succeeded (its "
+        "chief exited 0) while this replica still ran."
     )
     grace_seconds: float = Field(
         default=30.0, ge=0, le=3600, description="Between SIGTERM and SIGKILL."
@@ -181,9 +179,7 @@ class ExecutorAnnounced(Envelope):
     type: Literal["executors.announced"] = "executors.announced"
     executor_id: ExecutorId = Field(description="The executor.")
     backend: Literal["local", "ray", "kubernetes"] = Field(description="Where it runs replicas.")
-    address: str = Field(
-        description="The host name or IP other replicas reach its replicas at."
-    )
+    address: str = Field(description="The host name or IP other replicas reach its replicas at.")
     capacity: Resources = Field(description="Everything it can run at once.")
     first_port: int = Field(ge=1, le=65535, description="First port it gives replicas.")
     port_count: int = Field(ge=1, le=65535, description="How many ports, from first_port.")

@@ -99,8 +99,14 @@ def test_failure_codes_and_message_tail() -> None:
     )
     assert exited.message.endswith("Traceback: boom")
     assert len(exited.message) < 2300
+    # each detail an Any (google.rpc.ErrorInfo), or the Vertex SDK cannot parse the job
     assert exited.details == [
-        {"replica": "workerpool0-0", "attempt": 3, "exitCode": 1, "reason": "exited"}
+        {
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": "replica_exited",
+            "domain": "mldiag",
+            "metadata": {"replica": "workerpool0-0", "attempt": "3", "exitCode": "1"},
+        }
     ]
     assert failure_status(REPLICA, "lost", "x").code == 13
     assert failure_status(REPLICA, "setup_failed", "x").code == 9

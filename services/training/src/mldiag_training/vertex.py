@@ -34,12 +34,15 @@ from mldiag_platform.errors import (
     Unimplemented,
 )
 from mldiag_platform.http import ErrorShape
-from mldiag_schemas.jobs import ENUM_FIELDS, ENUM_NUMBERS, VertexErrorBody, VertexErrorStatus
+from mldiag_schemas.jobs import (
+    ENUM_FIELDS,
+    ENUM_NUMBERS,
+    ERROR_DOMAIN,
+    ERROR_INFO_TYPE,
+    VertexErrorBody,
+    VertexErrorStatus,
+)
 
-ERROR_DOMAIN = "mldiag"
-"""``ErrorInfo.domain`` of every error this API answers."""
-
-ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
 BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
 
 _CANONICAL: dict[type[MldiagError], str] = {

@@ -234,29 +234,69 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _run_replica(args: argparse.Namespace, command: list[str], exit_file: Path | None) -> int:
     """``mldiag run --replica NAME``: a job's replica, in the job's run (see the module)."""
-    replica: str = args.replica
-    run_id = args.run_id or os.environ.get(RUN_ID_ENV, "")
+    return _replica(
+        args.replica,
+        command,
+        exit_file,
+        run_id=args.run_id,
+        name=args.name,
+        interval=args.interval,
+        heartbeat=args.heartbeat_interval,
+        tail_lines=args.tail_lines,
+        api_url=args.api_url,
+        ingestion_url=args.ingestion_url,
+        token=args.token,
+    )
+
+
+def supervise_replica(
+    replica: str,
+    command: list[str],
+    exit_file: Path | None,
+    started: subprocess.Popen[bytes] | OSError,
+) -> int:
+    """Supervise a replica's program that ``replica_launcher`` already started (or failed to
+    start), exactly as ``mldiag run --replica`` would; settings from the environment."""
+    return _replica(replica, command, exit_file, started=started)
+
+
+def _replica(
+    replica: str,
+    command: list[str],
+    exit_file: Path | None,
+    *,
+    started: subprocess.Popen[bytes] | OSError | None = None,
+    run_id: str | None = None,
+    name: str = "",
+    interval: float | None = None,
+    heartbeat: float | None = None,
+    tail_lines: int = DEFAULT_TAIL_LINES,
+    api_url: str | None = None,
+    ingestion_url: str | None = None,
+    token: str | None = None,
+) -> int:
+    run_id = run_id or os.environ.get(RUN_ID_ENV, "")
     if not replica or not run_id:
         message = "mldiag run: error: --replica needs a NAME and the run ($MLDIAG_RUN_ID)"
         print(message, file=sys.stderr)
         write_exit_file(exit_file, 2, message)
+        if isinstance(started, subprocess.Popen):
+            started.kill()
         return 2
     # The replica is the host of everything recorded, here and in an SDK in the program;
     # the run is the training service's to create and end.
     os.environ["MLDIAG_HOST"] = replica
     os.environ[CREATE_RUN_ENV] = "0"
-    interval = args.interval
     if interval is None:
         interval = env_seconds(os.environ, "MLDIAG_SYSTEM_METRICS_INTERVAL", 10.0)
-    heartbeat = args.heartbeat_interval
     if heartbeat is None:
         heartbeat = env_seconds(os.environ, "MLDIAG_HEARTBEAT_INTERVAL", _REPLICA_HEARTBEAT_SECONDS)
     run = mldiag.init(
-        name=args.name,
+        name=name,
         run_id=run_id,
-        api_url=args.api_url,
-        ingestion_url=args.ingestion_url,
-        token=args.token,
+        api_url=api_url,
+        ingestion_url=ingestion_url,
+        token=token,
         create_run=False,
         handle_exit=False,
         replay_all=False,  # a replica replays its own run's spool, not the machine's
@@ -267,10 +307,11 @@ def _run_replica(args: argparse.Namespace, command: list[str], exit_file: Path |
     supervisor = Supervisor(
         run,
         command,
-        environment=child_environment(run, token=args.token, sampled=interval > 0),
-        tail_lines=args.tail_lines,
+        environment=child_environment(run, token=token, sampled=interval > 0),
+        tail_lines=tail_lines,
         interval=interval,
         exit_file=exit_file,
+        started=started,
     )
     return supervisor.run()
 
@@ -407,8 +448,11 @@ class Supervisor:
         interval: float,
         created: threading.Event | None = None,
         exit_file: Path | None = None,
+        started: subprocess.Popen[bytes] | OSError | None = None,
     ) -> None:
         self._run = run
+        self._started = started
+        """The program, when a launcher started it before this (or why it could not)."""
         self._exit_file = exit_file
         self._created = created
         self._command = command
@@ -449,12 +493,7 @@ class Supervisor:
             return 128 + self._stop_before_start
         oom_kills = oom_kill_count()
         try:
-            process = subprocess.Popen(  # the user's own command, no shell
-                self._command,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=self._environment,
-            )
+            process = self._start()
         except OSError as error:
             print(f"mldiag run: cannot start {self._command[0]!r}: {error}", file=sys.stderr)
             status = 126 if isinstance(error, PermissionError) else 127
@@ -482,6 +521,16 @@ class Supervisor:
             pump.join(max(deadline - time.monotonic(), 0.0))
         return self._end_run(
             returncode, stdout=pumps[0].tail(), stderr=pumps[1].tail(), oom_kills_before=oom_kills
+        )
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        """The program: started now, or by the launcher before this supervisor existed."""
+        if isinstance(self._started, OSError):
+            raise self._started
+        if self._started is not None:
+            return self._started
+        return subprocess.Popen(  # the user's own command, no shell
+            self._command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self._environment
         )
 
     def _end_run(

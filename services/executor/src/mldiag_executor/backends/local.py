@@ -16,6 +16,7 @@ few seconds and at the end (GCS).
 import asyncio
 import contextlib
 import importlib
+import importlib.util
 import os
 import signal
 import socket
@@ -54,7 +55,9 @@ DRAIN_SECONDS = 15.0
 """How long a launcher may flush telemetry after its program ended before it is killed."""
 MESSAGE_CHARS = 4000
 """How much of stderr's tail an exit carries."""
-LAUNCHER_MODULE = "mldiag.cli"
+LAUNCHER = ("cli", "replica_launcher.py")
+"""The SDK's replica launcher (``mldiag.cli.replica_launcher``), run by its file's path: the
+program starts before the SDK is imported (``-m`` would import the whole package first)."""
 
 _VERTEX_GPU_NAMES = (
     ("H200", "NVIDIA_H200_141GB"),
@@ -494,13 +497,16 @@ class LocalBackend:
 
 
 def launcher_argv(replica_name: str, exit_file: Path) -> list[str]:
-    """``python -m mldiag.cli run --replica NAME --exit-file PATH`` with this interpreter
-    (which has the SDK), before ``-- <program>``."""
+    """The SDK's replica launcher, run by its path with this interpreter (which has the
+    SDK), before ``-- <program>``: ``mldiag run --replica NAME --exit-file PATH`` that starts
+    the program before importing the SDK (see ``mldiag.cli.replica_launcher``)."""
+    # find_spec of a top-level package finds it without importing it
+    spec = importlib.util.find_spec("mldiag")
+    if spec is None or spec.origin is None:
+        raise SetupFailed("the SDK (its replica launcher) is not installed")
     return [
         sys.executable,
-        "-m",
-        LAUNCHER_MODULE,
-        "run",
+        str(Path(spec.origin).parent.joinpath(*LAUNCHER)),
         "--replica",
         replica_name,
         "--exit-file",

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from mldiag_schemas.jobs import RpcStatus
+from mldiag_schemas.jobs import ERROR_DOMAIN, ERROR_INFO_TYPE, RpcStatus
 from mldiag_schemas.replicas import (
     ExitReason,
     ReplicaKey,
@@ -146,12 +146,18 @@ def failure_status(replica: ReplicaRow, reason: ExitReason, why: str) -> RpcStat
     return RpcStatus(
         code=code,
         message=message,
+        # A google.rpc.Status's details are protobuf Any messages: each needs its @type, or
+        # Google's clients cannot parse the job at all. ErrorInfo's metadata holds strings.
         details=[
             {
-                "replica": name,
-                "attempt": replica.attempt,
-                "exitCode": replica.exit_code,
-                "reason": reason,
+                "@type": ERROR_INFO_TYPE,
+                "reason": f"replica_{reason}",
+                "domain": ERROR_DOMAIN,
+                "metadata": {
+                    "replica": name,
+                    "attempt": str(replica.attempt),
+                    "exitCode": "" if replica.exit_code is None else str(replica.exit_code),
+                },
             }
         ],
     )
