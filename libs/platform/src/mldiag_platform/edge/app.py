@@ -1,7 +1,9 @@
 """The edge: one HTTP address in front of the services, routing each request by its path.
 
 A plain ASGI application (no framework routing: it forwards everything but its own two
-paths) over one pooled ``httpx`` client per process. Bodies stream both ways, unread and
+paths) over one pool of keep-alive HTTP/1.1 connections per process (``httpcore``, the
+transport under ``httpx``, used directly: the request target and headers go out as they
+came, with no URL normalisation or header model in between). Bodies stream both ways, unread and
 unbuffered beyond a chunk, so uploads, replica logs followed live and the console's
 server-sent events pass as they come; a response without a length is relayed until the
 service ends it or the caller goes away, and then the service's connection is closed too.
@@ -15,10 +17,12 @@ edge. Hop-by-hop headers (RFC 9110 §7.6.1) stop here in both directions.
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
+import httpcore
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
@@ -72,9 +76,8 @@ class Edge:
     ) -> None:
         self.settings = settings or EdgeSettings()
         self.routes = routes or RouteTable()
-        self.upstreams: Mapping[str, httpx.URL] = {
-            service: httpx.URL(url.rstrip("/"))
-            for service, url in self.settings.upstreams().items()
+        self.upstreams: Mapping[str, _Upstream] = {
+            service: _Upstream.parse(url) for service, url in self.settings.upstreams().items()
         }
         missing = {route.service for route in self.routes.routes} - set(self.upstreams)
         if missing:
@@ -92,38 +95,31 @@ class Edge:
             ["service"],
             registry=self.registry,
         )
-        self._client: httpx.AsyncClient | None = None
-
-    def _open_client(self) -> httpx.AsyncClient:
-        settings = self.settings
-        return httpx.AsyncClient(
-            timeout=httpx.Timeout(
-                connect=settings.connect_timeout_seconds,
-                read=settings.read_timeout_seconds,
-                write=settings.read_timeout_seconds,
-                pool=settings.connect_timeout_seconds,
-            ),
-            limits=httpx.Limits(
-                max_connections=settings.max_connections * len(self.upstreams),
-                max_keepalive_connections=settings.max_connections,
-            ),
-            # Never the environment's proxies: the services are on this network.
-            trust_env=False,
-            follow_redirects=False,
-        )
+        self._pool: httpcore.AsyncConnectionPool | None = None
+        self._timeouts = {
+            "connect": self.settings.connect_timeout_seconds,
+            "read": self.settings.read_timeout_seconds,
+            "write": self.settings.read_timeout_seconds,
+            "pool": self.settings.connect_timeout_seconds,
+        }
 
     @property
-    def client(self) -> httpx.AsyncClient:
-        """The pooled client (opened by the lifespan, or on first use in tests)."""
-        if self._client is None:
-            self._client = self._open_client()
-        return self._client
+    def pool(self) -> httpcore.AsyncConnectionPool:
+        """The pooled connections (opened by the lifespan, or on first use in tests)."""
+        if self._pool is None:
+            limit = self.settings.max_connections
+            self._pool = httpcore.AsyncConnectionPool(
+                max_connections=limit * len(self.upstreams),
+                max_keepalive_connections=limit * len(self.upstreams),
+                keepalive_expiry=60.0,
+            )
+        return self._pool
 
     async def aclose(self) -> None:
         """Close the pooled connections."""
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        if self._pool is not None:
+            await self._pool.aclose()
+            self._pool = None
 
     async def __call__(self, scope: Scope, receive: _Receive, send: _Send) -> None:
         """ASGI entry point."""
@@ -140,8 +136,8 @@ class Edge:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                _ = self.client
-                log.info("edge.started", upstreams={k: str(v) for k, v in self.upstreams.items()})
+                _ = self.pool
+                log.info("edge.started", upstreams={k: v.text for k, v in self.upstreams.items()})
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.aclose()
@@ -159,7 +155,7 @@ class Edge:
         service = self.routes.service_for(path)
         try:
             upstream = await self._send_upstream(scope, receive, service)
-        except httpx.TransportError as error:
+        except _UNREACHABLE as error:
             # Connect errors, resets before an answer, timeouts: the caller may try again.
             self._unreachable.labels(service).inc()
             log.warning(
@@ -170,41 +166,49 @@ class Edge:
             )
             await _unavailable(send, service)
             return
-        self._requests.labels(service, str(upstream.status_code)).inc()
+        self._requests.labels(service, str(upstream.status)).inc()
         try:
             await self._relay(scope, receive, send, upstream)
         finally:
             await upstream.aclose()
 
-    async def _send_upstream(self, scope: Scope, receive: _Receive, service: str) -> httpx.Response:
+    async def _send_upstream(
+        self, scope: Scope, receive: _Receive, service: str
+    ) -> httpcore.Response:
+        upstream = self.upstreams[service]
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
         query: bytes = scope.get("query_string", b"")
-        url = self.upstreams[service].copy_with(
-            raw_path=raw_path + (b"?" + query if query else b"")
+        target = upstream.prefix + raw_path + (b"?" + query if query else b"")
+        headers, length, chunked = _forwarded_headers(scope)
+        content: bytes | AsyncIterator[bytes] = b""
+        if length is not None and length <= SMALL_BODY_BYTES:
+            content = await _read_body(receive) if length else b""
+        elif length is not None or chunked:
+            content = _body_chunks(receive)
+            if length is None:
+                headers.append((b"transfer-encoding", b"chunked"))
+        request = httpcore.Request(
+            scope["method"],
+            httpcore.URL(
+                scheme=upstream.scheme, host=upstream.host, port=upstream.port, target=target
+            ),
+            headers=headers,
+            content=content,
+            extensions={"timeout": self._timeouts},
         )
-        headers, length, has_body = _forwarded_headers(scope)
-        content: bytes | AsyncIterator[bytes] | None = None
-        if has_body:
-            if length is not None and length <= SMALL_BODY_BYTES:
-                content = await _read_body(receive)
-            else:
-                content = _body_chunks(receive)
-        request = self.client.build_request(scope["method"], url, headers=headers, content=content)
-        return await self.client.send(request, stream=True)
+        return await self.pool.handle_async_request(request)
 
     async def _relay(
-        self, scope: Scope, receive: _Receive, send: _Send, upstream: httpx.Response
+        self, scope: Scope, receive: _Receive, send: _Send, upstream: httpcore.Response
     ) -> None:
         headers = [
-            (name, value) for name, value in upstream.headers.raw if name.lower() not in _HOP_BY_HOP
+            (name, value) for name, value in upstream.headers if name.lower() not in _HOP_BY_HOP
         ]
-        await send(
-            {"type": "http.response.start", "status": upstream.status_code, "headers": headers}
-        )
+        await send({"type": "http.response.start", "status": upstream.status, "headers": headers})
         if scope["method"] == "HEAD":
             await send({"type": "http.response.body", "body": b""})
             return
-        if "content-length" in upstream.headers:
+        if any(name.lower() == b"content-length" for name, _ in upstream.headers):
             # Bounded: relay it; a caller gone meanwhile makes the sends no-ops.
             await _relay_body(send, upstream)
             return
@@ -223,8 +227,38 @@ class Edge:
             raise relay.exception()  # type: ignore[misc]  # checked not None just above
 
 
+@dataclass(frozen=True)
+class _Upstream:
+    """A service's base URL, split the way httpcore takes it."""
+
+    text: str
+    scheme: bytes
+    host: bytes
+    port: int
+    prefix: bytes
+    """A path the service is mounted under (usually none), put before every request's path."""
+
+    @classmethod
+    def parse(cls, url: str) -> "_Upstream":
+        parts = urlsplit(url.rstrip("/"))
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"a service URL must be http(s)://host[:port], not {url!r}")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return cls(url, parts.scheme.encode(), parts.hostname.encode(), port, parts.path.encode())
+
+
+_UNREACHABLE = (
+    httpcore.NetworkError,
+    httpcore.TimeoutException,
+    httpcore.ProtocolError,
+    httpcore.ConnectionNotAvailable,
+)
+"""Connect errors, resets before an answer, timeouts: the caller may try again."""
+
+
 def _forwarded_headers(scope: Scope) -> tuple[list[tuple[bytes, bytes]], int | None, bool]:
-    """The headers the service gets, the declared body length, and whether there is a body."""
+    """The headers the service gets, the declared body length, and whether the body is
+    chunked (a body of no declared length)."""
     headers: list[tuple[bytes, bytes]] = []
     length: int | None = None
     chunked = False
@@ -268,7 +302,7 @@ def _forwarded_headers(scope: Scope) -> tuple[list[tuple[bytes, bytes]], int | N
         headers.append((b"x-forwarded-host", host))
     if not forwarded_proto:
         headers.append((b"x-forwarded-proto", scope.get("scheme", "http").encode()))
-    return headers, length, chunked or bool(length)
+    return headers, length, chunked
 
 
 async def _read_body(receive: _Receive) -> bytes:
@@ -294,15 +328,18 @@ async def _body_chunks(receive: _Receive) -> AsyncIterator[bytes]:
             return
 
 
-class _CallerGone(httpx.TransportError):
+class _CallerGone(httpcore.NetworkError):
     """The caller hung up while sending its body: nothing to answer."""
 
     def __init__(self) -> None:
         super().__init__("the caller went away while sending its body")
 
 
-async def _relay_body(send: _Send, upstream: httpx.Response) -> None:
-    async for chunk in upstream.aiter_raw():
+async def _relay_body(send: _Send, upstream: httpcore.Response) -> None:
+    stream = upstream.stream
+    if not isinstance(stream, AsyncIterable):
+        raise TypeError("an async pool answers with an async stream")
+    async for chunk in stream:
         if chunk:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b""})

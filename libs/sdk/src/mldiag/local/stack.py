@@ -1,5 +1,6 @@
-"""The embedded default stack behind ``mldiag up``: NATS, PostgreSQL, local object storage and
-the five services as child processes of one supervisor, all in one home directory.
+"""The embedded default stack behind ``mldiag up``: NATS, PostgreSQL, local object storage,
+the services (training and a local executor among them) and the edge on the API port (the one
+base URL), as child processes of one supervisor, all in one home directory.
 
 While the supervisor runs, ``<home>/state.json`` says where every component is (pids, URLs,
 ports, logs); ``mldiag status`` and ``mldiag down`` work from that file alone. Printing is
