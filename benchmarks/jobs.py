@@ -81,7 +81,11 @@ def _wait_terminal(client: httpx.Client, names: list[str], timeout: float) -> di
     while time.monotonic() < deadline and len(states) < len(names):
         for name in names:
             if name not in states:
-                state = client.get(f"/v1/{name}").json()["state"]
+                answer = client.get(f"/v1/{name}")
+                if answer.status_code == 503:  # the training service is restarting
+                    time.sleep(0.5)
+                    break
+                state = answer.json()["state"]
                 if state in TERMINAL:
                     states[name] = state
         time.sleep(0.5)
