@@ -34,6 +34,7 @@ from mldiag_executor.backends.kubernetes import (
     render_attempt,
 )
 from mldiag_executor.errors import Rejected
+from mldiag_platform.errors import MldiagError
 from mldiag_schemas.replicas import ReplicaKey, Resources, StartReplica
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -329,3 +330,16 @@ def test_index_ends_read_from_job_status_and_pods() -> None:
     assert ends[-1].index == 2
     assert ends[-1].reason == "killed"
     assert "DeadlineExceeded" in ends[-1].message
+
+
+def test_the_executor_builds_it_from_its_settings(tmp_path: Path) -> None:
+    from mldiag_executor.backends import create_backend  # noqa: PLC0415
+    from mldiag_executor.settings import ExecutorSettings  # noqa: PLC0415
+
+    base = {"backend": "kubernetes", "executor_id": "k8s", "state_dir": tmp_path}
+    with pytest.raises(MldiagError, match="MLDIAG_EXECUTOR_CPUS"):
+        create_backend(ExecutorSettings(**base))
+    backend = create_backend(ExecutorSettings(**base, cpus=64, memory_bytes=1 << 38))
+    assert backend.name == "kubernetes"
+    assert backend.capacity() == Resources(cpus=64, memory_bytes=1 << 38)
+    assert backend.address() == "replicas.mldiag.invalid"
