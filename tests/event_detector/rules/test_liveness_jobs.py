@@ -3,7 +3,7 @@ from when it went down (its time lost counted), the job's failure is one TERMINA
 replica's reason, and a cancelled job terminates nothing."""
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from event_detector.feed import Feed
 from mldiag_schemas.events import EventState, EventType
@@ -176,16 +176,38 @@ def test_a_cancelled_job_terminates_nothing() -> None:
     assert feed.state.downs == {}
 
 
-def test_a_late_exit_of_a_process_already_replaced_is_not_a_replica_down() -> None:
+def test_an_exit_read_after_the_new_process_still_finds_the_restart() -> None:
     feed = _job_feed()
     feed.send(feed.heartbeat(CHIEF, pid=10))
+    exited_at = feed.now + timedelta(seconds=1)
     feed.advance(3)
     feed.send(feed.heartbeat(CHIEF, pid=11))  # the heartbeat consumer ran ahead
-    _exit(feed, CHIEF, 10, code=1)  # the old process's exit, read late
-    assert feed.state.downs == {}
+    assert feed.opened() == []
+    late = feed.signal(
+        SignalRequest(kind=SignalKind.PROCESS_EXITED, host=CHIEF, pid=10, exit_code=1)
+    )
+    feed.send(late.model_copy(update={"occurred_at": exited_at, "received_at": exited_at}))
     [event] = feed.opened()
     assert event.type is EventType.ORCHESTRATOR_INTERRUPTION
-    assert feed.is_resolved(event)  # back running, nothing to catch up on
+    assert feed.latest(event).time_lost_seconds == 2.0
+    assert feed.state.downs == {}
+    # The old attempt's last words, later still, are history.
+    feed.send(
+        feed.signal(SignalRequest(kind=SignalKind.PROCESS_EXITED, host=CHIEF, pid=10, exit_code=1))
+    )
+    assert feed.state.downs == {}
+    assert len(feed.opened()) == 1
+
+
+def test_the_launcher_and_an_sdk_in_its_program_beating_together_are_no_restart() -> None:
+    feed = _job_feed()
+    for _ in range(5):
+        feed.send(feed.heartbeat(CHIEF, pid=10))  # the launcher
+        feed.advance(1)
+        feed.send(feed.heartbeat(CHIEF, pid=55))  # the SDK in the program, same replica
+        feed.advance(9)
+    assert feed.opened() == []
+    assert feed.state.hosts[CHIEF].restarts == 0
 
 
 def test_outside_a_job_an_exit_still_terminates_the_run_at_once() -> None:
@@ -214,3 +236,22 @@ def test_a_resumed_batch_already_past_the_old_step_is_one_interruption() -> None
     causes = feed.latest(event).evidence.facts["causes"]
     assert isinstance(causes, list)
     assert len(causes) == 2  # the new process, then the step seen again
+
+
+def test_a_replica_with_an_sdk_inside_restarts_once_per_attempt() -> None:
+    feed = _job_feed()
+    feed.send(feed.heartbeat(CHIEF, pid=10), feed.heartbeat(CHIEF, pid=55))
+    feed.advance(5)
+    exception = SignalRequest(
+        kind=SignalKind.EXCEPTION, host=CHIEF, pid=55, error_type="KeyError", message="KeyError: x"
+    )
+    feed.send(feed.signal(exception))  # the SDK in the program
+    _exit(feed, CHIEF, 10, code=1)  # the launcher
+    feed.advance(2)
+    feed.send(feed.heartbeat(CHIEF, pid=11), feed.heartbeat(CHIEF, pid=56))
+    feed.advance(10)
+    feed.send(feed.heartbeat(CHIEF, pid=11), feed.heartbeat(CHIEF, pid=56))
+    [event] = feed.opened()
+    assert feed.latest(event).evidence.facts["downClassification"] == "user_exception"
+    assert feed.latest(event).time_lost_seconds == 2.0
+    assert feed.state.hosts[CHIEF].restarts == 1

@@ -201,7 +201,9 @@ def observe_heartbeat(book: EventBook, beat: RunHeartbeat) -> None:
     previous = host.heartbeats.get(key)
     if previous is not None and beat.received_at < previous.received_at:
         return  # an older heartbeat delivered late says nothing new
-    if previous is not None and previous.pid and beat.pid and beat.pid != previous.pid:
+    if state.job:
+        liveness.on_job_heartbeat(book, beat.host, host, beat.pid, beat.received_at)
+    elif previous is not None and previous.pid and beat.pid and beat.pid != previous.pid:
         liveness.on_new_process(book, beat.host, host, previous.pid, beat.pid, beat.received_at)
     host.heartbeats[key] = Heartbeat(
         pid=beat.pid,

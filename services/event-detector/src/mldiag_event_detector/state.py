@@ -114,6 +114,10 @@ class HostState(State):
     """By process index."""
     fingerprint: dict[str, str] = Field(default_factory=dict)
     restarts: int = 0
+    pids: dict[str, datetime] = Field(default_factory=dict)
+    """A job's replica: its processes (pid → first heard), the last few."""
+    gone_pids: list[int] = Field(default_factory=list)
+    """A job's replica: processes of attempts the job has replaced."""
 
 
 class SeriesWatch(State):

@@ -3,9 +3,11 @@
 A training job's run (``RunState.job``) is different in one way: its replicas go down and
 come back under the job's control, and the job ends the run. So a replica's exit, exception
 or SIGTERM is remembered (``RunState.downs``) rather than judged; the replica coming back (a
-new process under the same host name) is the ORCHESTRATOR_INTERRUPTION, opened from when it
-went down; and the job's failure (the run FAILED by run-registry) is the one TERMINATION,
-with the most telling reason a replica left. A cancelled job terminates nothing.
+process under its host name first heard after it went down: the launcher and an SDK in its
+program both beat, so a second pid alone is no restart) is the ORCHESTRATOR_INTERRUPTION,
+opened from when it went down; and the job's failure (the run FAILED by run-registry) is the
+one TERMINATION, with the most telling reason a replica left. A cancelled job terminates
+nothing.
 """
 
 import re
@@ -218,34 +220,27 @@ def on_new_process(
     state.note(f"{now.isoformat()} new process on {name or 'host'}: pid {old_pid} → {new_pid}")
     if host.last_step is not None:
         state.max_step_before_restart = max(state.max_step_before_restart or 0, host.last_step)
-    cause = f"process restarted (pid {old_pid} → {new_pid})"
-    down = state.downs.pop(name, None) if state.job else None
-    if down is None:
-        _interruption(book, name, cause, {}, now)
-    else:  # a job's replica came back: the interruption runs from when it went down
-        why = down.get("classification") or "went down"
-        _interruption(
-            book,
-            name,
-            f"{name or 'a replica'} went down ({why}) and the job restarted it; {cause}",
-            {"restartedReplica": name, "downClassification": str(why)},
-            now,
-            since=_down_time(down) or now,
-        )
-    event = state.open_events.get(INTERRUPTION)
-    if (
-        state.job
-        and event is not None
-        and state.max_step_before_restart is None
-        and not state.downs
-    ):
-        # No step to catch up on and every replica is back: the job has recovered.
-        book.clear(
-            INTERRUPTION,
-            now,
-            time_lost_seconds=(now - event.start_time).total_seconds(),
-            facts={"recoveredBy": "every replica running again"},
-        )
+    _interruption(book, name, f"process restarted (pid {old_pid} → {new_pid})", {}, now)
+
+
+# --- a training job's replicas -----------------------------------------------------------------
+
+MAX_PIDS = 16
+"""Processes remembered per host of a job's run (the launcher, an SDK in its program, and a
+few attempts back)."""
+
+
+def on_job_heartbeat(book: EventBook, name: str, host: HostState, pid: int, at: datetime) -> None:
+    """A process of a job's replica is alive. Two processes beat under one replica (the
+    launcher, and an SDK in the program it runs), so a new pid alone is no restart: one is a
+    process first heard after the replica went down."""
+    if not pid or str(pid) in host.pids:
+        return
+    host.pids[str(pid)] = at
+    if len(host.pids) > MAX_PIDS:
+        oldest = min(host.pids, key=lambda key: host.pids[key])
+        del host.pids[oldest]
+    _job_restart_check(book, name, host)
 
 
 def _down_time(down: dict[str, JsonValue]) -> datetime | None:
@@ -253,27 +248,82 @@ def _down_time(down: dict[str, JsonValue]) -> datetime | None:
     return datetime.fromisoformat(at) if isinstance(at, str) else None
 
 
+def _down_pids(down: dict[str, JsonValue]) -> list[int]:
+    pids = down.get("pids")
+    return [pid for pid in pids if isinstance(pid, int)] if isinstance(pids, list) else []
+
+
 def _replica_down(
     book: EventBook, signal: SignalRequest, facts: dict[str, str | int | None], at: datetime
 ) -> None:
-    """A replica of a job's run went down: remember why, keeping the most telling reason (a
-    SIGTERM is what the job sends the others once one has failed, so it yields to any other
-    reason). A signal from a process already replaced (a new pid beats under its host) is
+    """A replica of a job's run went down: remember why and when (its first report), keeping
+    the most telling reason (a SIGTERM is what the job sends the others once one has failed,
+    so it yields to any other reason). A report from a process the job already replaced is
     history, not a replica down."""
     state = book.state
     host = state.host(signal.host)
-    beat = host.heartbeats.get(str(signal.process_index))
-    if beat is not None and beat.pid and signal.pid and beat.pid != signal.pid:
+    if signal.pid and signal.pid in host.gone_pids:
         return
     if host.last_step is not None:
         state.max_step_before_restart = max(state.max_step_before_restart or 0, host.last_step)
     current = state.downs.get(signal.host)
-    if current is not None and not (
-        current.get("classification") == "killed" and facts.get("classification") != "killed"
-    ):
-        return
+    pids = sorted(
+        {*(_down_pids(current) if current else []), *([signal.pid] if signal.pid else [])}
+    )
     kept: dict[str, JsonValue] = {k: v for k, v in facts.items() if v not in (None, "")}
-    state.downs[signal.host] = {**kept, "at": at.isoformat()}
+    if current is None:
+        state.downs[signal.host] = {**kept, "at": at.isoformat(), "pids": list(pids)}
+    else:
+        telling = current.get("classification") == "killed" and kept.get("classification") not in (
+            None,
+            "killed",
+        )
+        earliest = min(_down_time(current) or at, at)
+        base = kept if telling else current
+        state.downs[signal.host] = {**base, "at": earliest.isoformat(), "pids": list(pids)}
+    _job_restart_check(book, signal.host, host)
+
+
+def _job_restart_check(book: EventBook, name: str, host: HostState) -> None:
+    """The replica went down and a process first heard after that beats: the job restarted
+    it. Whichever of the two facts arrives last (they come through different consumers)
+    finds the restart."""
+    state = book.state
+    down = state.downs.get(name)
+    went_down = _down_time(down) if down is not None else None
+    if down is None or went_down is None:
+        return
+    old = set(_down_pids(down)) | set(host.gone_pids)
+    newcomers = sorted(
+        (first, int(pid))
+        for pid, first in host.pids.items()
+        if int(pid) not in old and first > went_down
+    )
+    if not newcomers:
+        return
+    back_at, new_pid = newcomers[0]
+    del state.downs[name]
+    host.gone_pids = [*host.gone_pids, *_down_pids(down)][-2 * MAX_PIDS :]
+    host.restarts += 1
+    why = down.get("classification") or "went down"
+    state.note(f"{back_at.isoformat()} new process on {name or 'host'} after it went down ({why})")
+    _interruption(
+        book,
+        name,
+        f"{name or 'a replica'} went down ({why}) and the job restarted it (new process {new_pid})",
+        {"restartedReplica": name, "downClassification": str(why)},
+        back_at,
+        since=went_down,
+    )
+    event = state.open_events.get(INTERRUPTION)
+    if event is not None and state.max_step_before_restart is None and not state.downs:
+        # No step to catch up on and every replica is back: the job has recovered.
+        book.clear(
+            INTERRUPTION,
+            back_at,
+            time_lost_seconds=max((back_at - event.start_time).total_seconds(), 0.0),
+            facts={"recoveredBy": "every replica running again"},
+        )
 
 
 # --- signals and terminations ----------------------------------------------------------------
