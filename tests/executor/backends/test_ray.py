@@ -32,6 +32,7 @@ from mldiag_executor.backends.base import ReplicaExit
 from mldiag_executor.backends.ray import (
     RayBackend,
     RayBackendSettings,
+    RayMissing,
     cluster_capacity,
     key_of,
     ray_resources,
@@ -110,6 +111,19 @@ def test_addresses_move_to_the_nodes_replicas_landed_on() -> None:
         "X": "10.0.0.10:20000"
     }
     assert chief.launch.env["MASTER_ADDR"] == "10.0.0.1"
+
+
+def test_an_executor_without_ray_says_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from mldiag_executor.backends import create_backend  # noqa: PLC0415
+    from mldiag_executor.settings import ExecutorSettings  # noqa: PLC0415
+
+    settings = ExecutorSettings(backend="ray", executor_id="r", state_dir=tmp_path)
+    assert create_backend(settings).name == "ray"
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an interpreter without Ray has
+    with pytest.raises(RayMissing, match="pip install 'ray\\[default\\]'"):
+        create_backend(settings)
 
 
 # --- a real cluster ---------------------------------------------------------------------------
@@ -210,7 +224,9 @@ def config(tmp_path: Path) -> LaunchConfig:
     )
 
 
-def _backend(cluster: RayCluster, config: LaunchConfig) -> RayBackend:
+def _backend(
+    cluster: RayCluster, config: LaunchConfig, placement_timeout: float = 120
+) -> RayBackend:
     return RayBackend(
         executor_id=EXECUTOR,
         storage=config.storage,
@@ -219,7 +235,7 @@ def _backend(cluster: RayCluster, config: LaunchConfig) -> RayBackend:
             address=cluster.address,
             node_ip_address=HEAD_IP,
             gang_wait_seconds=5,
-            placement_timeout_seconds=120,
+            placement_timeout_seconds=placement_timeout,
             group_linger_seconds=0,
             refresh_seconds=0.5,
         ),
@@ -410,3 +426,34 @@ async def test_a_new_executor_process_reattaches_to_running_replicas(
         assert await second.recover() == []
     finally:
         await second.close()
+
+
+@pytest.mark.ray
+@pytest.mark.connected
+async def test_the_deadline_kills_a_replica(
+    backend: RayBackend, config: LaunchConfig, tmp_path: Path
+) -> None:
+    command = _command(tmp_path, "import time; time.sleep(600)", job_id="106")
+    command = command.model_copy(update={"deadline": datetime.now(UTC) + timedelta(seconds=3)})
+    await _start(backend, config, command)
+    ended = await _next_exit(backend)
+    assert ended.reason == "killed"
+    assert "deadline" in ended.message
+
+
+@pytest.mark.ray
+@pytest.mark.connected
+async def test_a_job_no_node_fits_fails_its_setup(
+    ray_cluster: RayCluster, config: LaunchConfig, tmp_path: Path
+) -> None:
+    backend = _backend(ray_cluster, config, placement_timeout=2)
+    try:
+        command = _command(tmp_path, "print('never')", job_id="107")
+        big = command.launch.model_copy(update={"resources": Resources(cpus=2, memory_bytes=0)})
+        # Two CPUs in the cluster, one per node: the sum fits, no node does.
+        await _start(backend, config, command.model_copy(update={"launch": big}))
+        ended = await _next_exit(backend, timeout=60)
+        assert ended.reason == "setup_failed"
+        assert "found no nodes" in ended.message
+    finally:
+        await backend.close()
