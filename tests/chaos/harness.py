@@ -90,6 +90,11 @@ class Replica:
             self.kill()
 
 
+_NOT_RUN = frozenset({"edge", "training", "executor"})
+"""Not in these scenarios: the edge (clients here call the services' replicas directly, as a
+load balancer would) and training with its executor (no jobs are run)."""
+
+
 @dataclass
 class Platform:
     """Every service, ``replicas`` processes each, in ``home`` (logs, storage, XProf dirs)."""
@@ -107,6 +112,8 @@ class Platform:
     def __post_init__(self) -> None:
         (self.home / "logs").mkdir(parents=True, exist_ok=True)
         for spec in SERVICES:
+            if spec.name in _NOT_RUN:
+                continue
             self.services[spec.name] = [
                 self._replica(spec, index) for index in range(self.replicas)
             ]

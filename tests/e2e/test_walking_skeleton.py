@@ -326,14 +326,37 @@ def test_otlp_http_has_its_own_port_and_configs_reach_the_run(stack: Stack) -> N
     assert user_configs() == {"lr": 0.1}
 
 
-def test_training_and_live_streams_answer_on_the_api_port(stack: Stack) -> None:
-    jobs = httpx.get(
-        f"{stack.api}/v1/projects/default/locations/us-central1/customJobs",
-        timeout=5,
+def test_a_job_runs_and_its_log_reads_through_the_api_port(stack: Stack) -> None:
+    # Submitted, placed on the stack's local executor, run (its replica reaches the API
+    # through the edge too) and read back, all at the one base URL, by the locked-down users.
+    jobs = f"{stack.api}/v1/projects/default/locations/us-central1/customJobs"
+    spec = {
+        "machineSpec": {"machineType": "n1-standard-4"},
+        "replicaCount": "1",
+        "containerSpec": {"imageUri": "python", "command": ["python", "-c", "print('hi edge')"]},
+    }
+    created = httpx.post(
+        jobs,
+        json={"displayName": "e2e", "jobSpec": {"workerPoolSpecs": [spec]}},
+        timeout=10,
         headers=stack.auth,
     )
-    assert jobs.status_code == 200, jobs.text
-    assert "customJobs" in jobs.json() or jobs.json() == {}
+    assert created.status_code == 200, created.text
+    name = created.json()["name"]
+    deadline = time.monotonic() + 60
+    state = created.json()["state"]
+    while state not in ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED") and time.monotonic() < deadline:
+        time.sleep(0.5)
+        state = httpx.get(f"{stack.api}/v1/{name}", timeout=5, headers=stack.auth).json()["state"]
+    assert state == "JOB_STATE_SUCCEEDED"
+    log = httpx.get(f"{stack.api}/v1/{name}/logs", timeout=10, headers=stack.auth)
+    assert log.status_code == 200, log.text
+    assert "hi edge" in log.text
+    listed = httpx.get(jobs, timeout=5, headers=stack.auth).json()["customJobs"]
+    assert name in [job["name"] for job in listed]
+
+
+def test_live_streams_pass_the_api_port(stack: Stack) -> None:
     # The console's live updates (server-sent events) pass the edge as they come.
     with httpx.stream(
         "GET", f"{stack.api}/v1/machineLearningRuns:watch", timeout=10, headers=stack.auth
