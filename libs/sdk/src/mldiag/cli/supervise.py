@@ -177,7 +177,9 @@ def add_platform_options(parser: argparse.ArgumentParser, *, api: bool = True) -
             help="the run-registry API [$MLDIAG_API_URL]",
         )
     parser.add_argument(
-        "--ingestion-url", metavar="URL", help="ingestion's URL [$MLDIAG_INGESTION_URL]"
+        "--ingestion-url",
+        metavar="URL",
+        help="where writes go [$MLDIAG_INGESTION_URL, else the API URL]",
     )
     parser.add_argument("--token", default=argparse.SUPPRESS, help="API token [$MLDIAG_TOKEN]")
 
