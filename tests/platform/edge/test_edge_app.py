@@ -246,3 +246,21 @@ def test_every_service_of_the_table_needs_a_url() -> None:
         "training",
         "xprof-provisioner",
     }
+
+
+async def test_a_caller_hanging_up_mid_upload_leaves_the_edge_serving(setup: Setup) -> None:
+    host, port = setup.edge.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        b"PUT /v1/machineLearningRuns/r1 HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n"
+        + b"a" * 300_000
+    )
+    await writer.drain()
+    writer.close()
+    await writer.wait_closed()
+    del reader
+    async with httpx.AsyncClient(base_url=setup.edge, trust_env=False) as client:
+        answer = await client.get("/v1/machineLearningRuns/r2")
+    assert answer.json() == {"service": "run-registry"}
+    # The cut body never reached the service as a whole request.
+    assert all(request["size"] != 1_000_000 for request in setup.registry.requests)

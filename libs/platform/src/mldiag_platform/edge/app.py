@@ -155,6 +155,10 @@ class Edge:
         service = self.routes.service_for(path)
         try:
             upstream = await self._send_upstream(scope, receive, service)
+        except _CallerGone:
+            # Hung up mid-upload: the service saw a cut body, and no one waits for an answer.
+            log.info("edge.caller.gone", service=service, path=path)
+            return
         except _UNREACHABLE as error:
             # Connect errors, resets before an answer, timeouts: the caller may try again.
             self._unreachable.labels(service).inc()
