@@ -21,7 +21,9 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, TypeVar
 
+import nats
 import psutil  # type: ignore[import-untyped,unused-ignore]
 import pytest
 
@@ -39,8 +41,18 @@ from mldiag_executor.backends.ray import (
 )
 from mldiag_executor.errors import Rejected
 from mldiag_executor.launch import LaunchConfig, Storage, attempt_name, prepare
-from mldiag_schemas.replicas import ReplicaKey, Resources, StartReplica
-from support import free_port
+from mldiag_platform.bus import Publisher
+from mldiag_platform.settings import NatsSettings
+from mldiag_schemas import bus
+from mldiag_schemas.replicas import (
+    ExecutorAnnounced,
+    ReplicaExited,
+    ReplicaKey,
+    ReplicaStarted,
+    Resources,
+    StartReplica,
+)
+from support import free_port, read_messages
 
 EXECUTOR = "ray-test"
 NO_API = {"MLDIAG_API_URL": "http://127.0.0.1:1", "MLDIAG_INGESTION_URL": "http://127.0.0.1:1"}
@@ -457,3 +469,81 @@ async def test_a_job_no_node_fits_fails_its_setup(
         assert "found no nodes" in ended.message
     finally:
         await backend.close()
+
+
+@pytest.mark.ray
+@pytest.mark.connected
+async def test_the_executor_service_runs_a_job_on_ray_over_the_bus(
+    ray_cluster: RayCluster, nats_settings: NatsSettings, publisher: Publisher, tmp_path: Path
+) -> None:
+    """``python -m mldiag_executor`` with ``MLDIAG_EXECUTOR_BACKEND=ray``: a command on its
+    DISPATCH subject runs on the cluster; the facts and an announcement say so."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLDIAG_")}
+    env.update(
+        MLDIAG_NATS_URL=nats_settings.url,
+        MLDIAG_NATS_NAMESPACE=nats_settings.namespace,
+        MLDIAG_EXECUTOR_BACKEND="ray",
+        MLDIAG_EXECUTOR_EXECUTOR_ID=EXECUTOR,
+        MLDIAG_EXECUTOR_PORT=str(free_port()),
+        MLDIAG_EXECUTOR_STATE_DIR=str(tmp_path / "state"),
+        MLDIAG_EXECUTOR_ANNOUNCE_SECONDS="0.5",
+        MLDIAG_EXECUTOR_IMAGES=json.dumps({"python-test": sys.executable}),
+        MLDIAG_EXECUTOR_RAY_ADDRESS=ray_cluster.address,
+        MLDIAG_EXECUTOR_RAY_NODE_IP_ADDRESS=HEAD_IP,
+        MLDIAG_EXECUTOR_RAY_GROUP_LINGER_SECONDS="0",
+        MLDIAG_STORAGE_URL=f"file://{tmp_path / 'store'}",
+    )
+    client = await nats.connect(nats_settings.url)
+    announced: list[ExecutorAnnounced] = []
+
+    async def on_announce(message: Any) -> None:
+        announced.append(ExecutorAnnounced.model_validate_json(message.data))
+
+    await client.subscribe(
+        f"{nats_settings.namespace}.{bus.EXECUTOR_ANNOUNCED}.{EXECUTOR}", cb=on_announce
+    )
+    process = await asyncio.to_thread(_spawn_executor, env, tmp_path / "executor.log")
+    try:
+        command = _command(tmp_path, "print('on ray')", job_id="108")
+        await publisher.publish(command)
+        exited = await _fact(nats_settings, ReplicaExited)
+        assert (exited.replica, exited.reason, exited.exit_code) == (command.replica, "exited", 0)
+        started = await _fact(nats_settings, ReplicaStarted)
+        assert started.replica == command.replica
+        assert announced, "no announcement"
+        assert announced[-1].backend == "ray"
+        assert announced[-1].capacity.cpus == 2
+        logs = tmp_path / "store/gs/bucket/jobs/108/logs/workerpool0-0/attempt-0"
+        assert "on ray" in (logs / "stdout.log").read_text()
+    finally:
+        await client.close()
+        await asyncio.to_thread(_stop_executor, process)
+
+
+def _spawn_executor(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "mldiag_executor"], env=env, stdout=log, stderr=log
+        )
+
+
+def _stop_executor(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
+
+
+Fact = TypeVar("Fact", ReplicaStarted, ReplicaExited)
+
+
+async def _fact(nats_settings: NatsSettings, kind: type[Fact], timeout: float = 180) -> Fact:
+    subject = bus.REPLICA_STARTED if kind is ReplicaStarted else bus.REPLICA_EXITED
+    deadline = time.monotonic() + timeout
+    while not (found := await read_messages(nats_settings, subject, kind)):
+        assert time.monotonic() < deadline, f"no {kind.__name__}"
+        await asyncio.sleep(0.2)
+    [fact] = found
+    return fact
