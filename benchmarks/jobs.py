@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _support import emit, percentile
+from _support import emit, free_port, percentile, process
+from ray_reference import raw_ray_latencies, ray_head
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path[:0] = [str(TESTS)]
@@ -92,12 +93,14 @@ def _wait_terminal(client: httpx.Client, names: list[str], timeout: float) -> di
     return states
 
 
-def _latency(client: httpx.Client, jobs: int, scratch: Path) -> list[float]:
+def _latency(
+    client: httpx.Client, jobs: int, scratch: Path, machine: str = "local-small"
+) -> list[float]:
     samples: list[float] = []
     for number in range(jobs):
         stamp = scratch / f"latency-{uuid.uuid4().hex}"
         submitted = time.time()
-        name = _create(client, ["python", "-c", STAMP, str(stamp)])
+        name = _create(client, ["python", "-c", STAMP, str(stamp)], machine)
         samples.append(_wait_file(stamp) - submitted)
         _wait_terminal(client, [name], timeout=60)
         if number % 10 == 9:
@@ -114,6 +117,39 @@ def _raw_floor(jobs: int, scratch: Path) -> list[float]:
         samples.append(_wait_file(stamp) - started)
         process.wait()
     return samples
+
+
+def _ray_executor(stack: Stack, gcs: str, scratch: Path) -> Any:
+    """A second executor of the stack, on the Ray cluster at ``gcs``, with the executor's
+    own NATS credentials from the stack's secrets."""
+    secrets = json.loads((stack.home / "secrets" / "substrate.json").read_text())
+    env = {
+        "MLDIAG_NATS_URL": stack.component("nats")["url"],
+        "MLDIAG_NATS_USER": "executor",
+        "MLDIAG_NATS_PASSWORD": secrets["nats-executor"],
+        "MLDIAG_STORAGE_URL": f"file://{stack.home / 'storage'}",
+        "MLDIAG_EXECUTOR_BACKEND": "ray",
+        "MLDIAG_EXECUTOR_EXECUTOR_ID": "ray-bench",
+        "MLDIAG_EXECUTOR_PORT": str(free_port()),
+        "MLDIAG_EXECUTOR_FIRST_PORT": str(free_port()),
+        "MLDIAG_EXECUTOR_PORT_COUNT": "50",
+        "MLDIAG_EXECUTOR_STATE_DIR": str(scratch / "ray-executor"),
+        "MLDIAG_EXECUTOR_IMAGES": json.dumps({"python": PYTHON}),
+        "MLDIAG_EXECUTOR_RAY_ADDRESS": gcs,
+        "MLDIAG_EXECUTOR_RAY_NODE_IP_ADDRESS": "127.0.0.2",
+    }
+    return process([PYTHON, "-m", "mldiag_executor"], env, scratch / "ray-executor.log")
+
+
+def _wait_executor(client: httpx.Client, machine: str, timeout: float = 120) -> None:
+    """Until a job on ``machine`` is accepted: the Ray executor has announced itself."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        name = _create(client, ["python", "-c", "pass"], machine)
+        if _wait_terminal(client, [name], 120).get(name) == "JOB_STATE_SUCCEEDED":
+            return
+        time.sleep(1)
+    raise RuntimeError("the Ray executor never ran a job")
 
 
 def _row(label: str, samples: list[float], goal: str = "") -> None:
@@ -186,7 +222,15 @@ def main() -> None:
             _row("mldiag job (local executor)", local, "goal p50 ≤ 300 ms")
             _row("raw subprocess.Popen (the floor)", raw)
             if not args.no_ray:
-                emit("2. Ray: see benchmarks/ray_reference.py (runs when the Ray backend is built)")
+                ray_jobs = min(args.latency_jobs, 20)
+                emit(f"2. submit → first replica running, {ray_jobs} jobs, Ray executor")
+                with ray_head(cpus=4) as (dashboard, gcs), _ray_executor(stack, gcs, scratch):
+                    # n1-standard-4 (4 CPUs) fits the Ray head, not the local executor (2)
+                    _wait_executor(client, "n1-standard-4")
+                    on_ray = _latency(client, ray_jobs, scratch, "n1-standard-4")
+                    raw_ray = raw_ray_latencies(dashboard, ray_jobs, scratch)
+                _row("mldiag job (Ray executor)", on_ray, "goal within 1.5 times raw Ray")
+                _row("raw `ray job submit` (the reference)", raw_ray)
             emit(
                 f"3. burst: {args.burst_jobs} jobs at once on {args.burst_cpus} CPUs, "
                 "training killed -9 once"
