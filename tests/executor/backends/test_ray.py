@@ -547,3 +547,60 @@ async def _fact(nats_settings: NatsSettings, kind: type[Fact], timeout: float = 
         await asyncio.sleep(0.2)
     [fact] = found
     return fact
+
+
+@pytest.mark.ray
+@pytest.mark.connected
+async def test_a_restarted_replica_goes_back_to_its_node(
+    backend: RayBackend, config: LaunchConfig, tmp_path: Path
+) -> None:
+    script = textwrap.dedent(
+        """
+        import os, pathlib, sys, time
+        if os.environ["MLDIAG_REPLICA"] == "workerpool1-0":
+            sys.exit(3 if os.environ["MLDIAG_ATTEMPT"] == "0" else 0)
+        while not pathlib.Path(os.environ["MARKER_DIR"], "finish").exists():
+            time.sleep(0.05)
+        """
+    )
+
+    def commands(attempt: int) -> list[StartReplica]:
+        made = gang_commands(
+            executor_id=EXECUTOR,
+            address=backend.address(),
+            pools=[(1, ONE_CPU), (1, ONE_CPU)],
+            deadline=datetime.now(UTC) + timedelta(hours=1),
+            logs_root="gs://bucket/jobs/109/logs",
+            command=["python", "-c", script],
+            image_uri="python-test",
+            job_id="109",
+            attempt=attempt,
+        )
+        out = []
+        for command in made:
+            env = {**command.launch.env, **NO_API, "MARKER_DIR": str(tmp_path)}
+            out.append(
+                command.model_copy(
+                    update={"launch": command.launch.model_copy(update={"env": env})}
+                )
+            )
+        return out
+
+    chief, worker = commands(0)
+    for command in (chief, worker):
+        await _start(backend, config, command)
+    failed = await asyncio.wait_for(anext(backend.exits()), 180)
+    assert (failed.key, failed.exit_code) == (worker.replica, 3)
+    first_host = backend.host(worker.replica)
+    assert first_host in {HEAD_IP, SECOND_IP}
+    await backend.reported(worker.replica)
+    # The scheduler restarts the worker alone: attempt 1, the chief still running.
+    _, restarted = commands(1)
+    await _start(backend, config, restarted)
+    ended = await asyncio.wait_for(anext(backend.exits()), 180)
+    assert (ended.key, ended.reason, ended.exit_code) == (restarted.replica, "exited", 0)
+    assert backend.host(restarted.replica) == first_host
+    assert backend.host(chief.replica) not in {"", first_host}
+    await backend.reported(restarted.replica)
+    (tmp_path / "finish").write_text("1")
+    assert (await _next_exit(backend)).key == chief.replica

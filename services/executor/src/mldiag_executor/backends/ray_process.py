@@ -34,8 +34,8 @@ class ReplicaProcess:
         self._host = ""
 
     async def launch(self, env: dict[str, str]) -> dict[str, Any]:
-        """Spawn the launcher (once); where and when it started."""
-        if self._process is None:
+        """Spawn the launcher (once, and never after a stop); where and when it started."""
+        if self._process is None and self._stop_reason is None:
             self._process = self._spawn(env)
         return self.where()
 
