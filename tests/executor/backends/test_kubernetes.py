@@ -6,10 +6,12 @@ Regenerate the golden files after a deliberate change: ``MLDIAG_UPDATE_GOLDEN=1 
 tests/executor/backends/test_kubernetes.py``.
 """
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from executor.backends.support_gang import gang_commands
 from mldiag_executor.backends.kubernetes import (
     ENTRYPOINT,
     INDEX_ENV,
+    KubernetesBackend,
     KubernetesBackendSettings,
     base_name,
     container_resources,
@@ -343,3 +346,135 @@ def test_the_executor_builds_it_from_its_settings(tmp_path: Path) -> None:
     assert backend.name == "kubernetes"
     assert backend.capacity() == Resources(cpus=64, memory_bytes=1 << 38)
     assert backend.address() == "replicas.mldiag.invalid"
+
+
+class RecordingApis:
+    """Stands in for ``BatchV1Api`` and ``CoreV1Api`` (no cluster here): keeps what was
+    created, answers reads from it as the API server would (409 on a second create, 404
+    once deleted), and lets a test set a Job's status and pods."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.status: dict[str, Any] = {}
+        self.pods: dict[str, list[Any]] = {}
+
+    def _create(self, kind: str, namespace: str, body: dict[str, Any]) -> None:
+        key = (kind, body["metadata"]["name"])
+        self.calls.append(("create", f"{kind}/{key[1]}@{namespace}"))
+        if key in self.objects:
+            raise kubernetes.client.ApiException(status=409)
+        self.objects[key] = body
+
+    def create_namespaced_secret(self, namespace: str, body: dict[str, Any]) -> None:
+        self._create("Secret", namespace, body)
+
+    def create_namespaced_service(self, namespace: str, body: dict[str, Any]) -> None:
+        self._create("Service", namespace, body)
+
+    def create_namespaced_job(self, namespace: str, body: dict[str, Any]) -> None:
+        self._create("Job", namespace, body)
+
+    def _delete(self, kind: str, name: str) -> None:
+        self.calls.append(("delete", f"{kind}/{name}"))
+        self.objects.pop((kind, name), None)
+
+    def delete_namespaced_job(self, name: str, namespace: str, body: Any) -> None:
+        assert namespace == "training"
+        assert body.propagation_policy == "Foreground"
+        self._delete("Job", name)
+
+    def delete_namespaced_service(self, name: str, namespace: str) -> None:
+        assert namespace == "training"
+        self._delete("Service", name)
+
+    def delete_namespaced_secret(self, name: str, namespace: str) -> None:
+        assert namespace == "training"
+        self._delete("Secret", name)
+
+    def _job(self, name: str) -> Any:
+        body = self.objects.get(("Job", name))
+        if body is None:
+            raise kubernetes.client.ApiException(status=404)
+        api: Any = kubernetes.client.ApiClient()
+        job = api.deserialize(json.dumps(body), "V1Job", "application/json")
+        job.status = self.status.get(name)
+        return job
+
+    def read_namespaced_job(self, name: str, namespace: str) -> Any:
+        assert namespace == "training"
+        return self._job(name)
+
+    def read_namespaced_job_status(self, name: str, namespace: str) -> Any:
+        assert namespace == "training"
+        return self._job(name)
+
+    def list_namespaced_job(self, namespace: str, label_selector: str) -> Any:
+        assert namespace == "training"
+        wanted = dict(pair.split("=") for pair in label_selector.split(","))
+        items = [
+            self._job(name)
+            for (kind, name), body in self.objects.items()
+            if kind == "Job" and wanted.items() <= body["metadata"]["labels"].items()
+        ]
+        return kubernetes.client.V1JobList(items=items)
+
+    def list_namespaced_pod(self, namespace: str, label_selector: str) -> Any:
+        assert namespace == "training"
+        return kubernetes.client.V1PodList(items=self.pods.get(label_selector.split("=")[1], []))
+
+
+async def test_the_backend_creates_watches_stops_and_recovers_through_the_api() -> None:
+    apis = RecordingApis()
+    settings = KubernetesBackendSettings(
+        namespace="training", collect_seconds=0.2, poll_seconds=0.05
+    )
+    backend = KubernetesBackend(
+        executor_id=EXECUTOR, capacity=N1_STANDARD_4, settings=settings, apis=(apis, apis)
+    )
+    commands = _commands(deadline=datetime.now(UTC) + timedelta(hours=1))
+    try:
+        for command in commands:
+            await backend.start(command, None)  # type: ignore[arg-type]  # unused here
+        await backend.start(commands[0], None)  # type: ignore[arg-type]  # a redelivery
+        assert sorted(backend.running(), key=str) == sorted((c.replica for c in commands), key=str)
+        deadline = time.monotonic() + 10
+        while len(apis.calls) < 4:
+            assert time.monotonic() < deadline, apis.calls
+            await asyncio.sleep(0.05)
+        assert apis.calls == [
+            ("create", "Secret/mldiag-4242-a0-token@training"),
+            ("create", "Service/mldiag-4242-a0@training"),
+            ("create", "Job/mldiag-4242-a0-wp0@training"),
+            ("create", "Job/mldiag-4242-a0-wp1@training"),
+        ]
+        # Index 1 of the workers fails with 3; the chief completes.
+        apis.status["mldiag-4242-a0-wp1"] = kubernetes.client.V1JobStatus(failed_indexes="1")
+        apis.pods["mldiag-4242-a0-wp1"] = [_pod(1, 3, 0)]
+        apis.status["mldiag-4242-a0-wp0"] = kubernetes.client.V1JobStatus(completed_indexes="0")
+        ends = {}
+        for _ in range(2):
+            ended = await asyncio.wait_for(anext(backend.exits()), 10)
+            ends[ended.key.replica_name] = (ended.reason, ended.exit_code)
+        assert ends == {"workerpool0-0": ("exited", 0), "workerpool1-1": ("exited", 3)}
+        # A new executor process finds the Jobs by label.
+        again = KubernetesBackend(
+            executor_id=EXECUTOR, capacity=N1_STANDARD_4, settings=settings, apis=(apis, apis)
+        )
+        assert sorted(k.replica_name for k in await again.recover()) == [
+            "workerpool0-0",
+            "workerpool1-0",
+            "workerpool1-1",
+        ]
+        await again.close()
+        # Stopping the running worker deletes its pool's Job and waits until it is gone.
+        await backend.stop(commands[1].replica, 0)
+        assert ("delete", "Job/mldiag-4242-a0-wp1") in apis.calls
+        ended = await asyncio.wait_for(anext(backend.exits()), 10)
+        assert (ended.key, ended.reason) == (commands[1].replica, "killed")
+        for command in commands:
+            await backend.reported(command.replica)
+        assert ("Service", "mldiag-4242-a0") not in apis.objects
+        assert ("Secret", "mldiag-4242-a0-token") not in apis.objects
+    finally:
+        await backend.close()

@@ -36,6 +36,7 @@ import hashlib
 import importlib
 import json
 import math
+import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -496,15 +497,18 @@ class KubernetesBackend:
         capacity: Resources,
         settings: KubernetesBackendSettings | None = None,
         api_client: Any = None,
+        apis: tuple[Any, Any] | None = None,
     ) -> None:
+        """``api_client`` (a ``kubernetes.client.ApiClient``) or ``apis`` (a ``BatchV1Api``
+        and a ``CoreV1Api``) instead of the in-cluster or kubeconfig configuration."""
         self._executor_id = executor_id
         settings = settings or KubernetesBackendSettings()
         if not settings.namespace:
             settings = settings.model_copy(update={"namespace": own_namespace()})
         self._settings = settings
         self._api_client = api_client
-        self._batch_api: Any = None
-        self._core_api: Any = None
+        self._batch_api: Any = apis[0] if apis else None
+        self._core_api: Any = apis[1] if apis else None
         self._capacity = capacity
         self._batches: dict[tuple[str, int], _Batch] = {}
         self._placed: dict[ReplicaKey, _Placed] = {}
@@ -607,7 +611,7 @@ class KubernetesBackend:
 
     async def stop(self, replica: ReplicaKey, grace_seconds: float) -> None:
         """Delete the attempt's pool Job (foreground: its pods go first, each with the
-        grace); its indices end as ``killed``."""
+        grace) and return once it is gone; its indices end as ``killed``."""
         for batch in self._batches.values():
             for command in list(batch.commands):
                 if command.replica == replica:
@@ -623,10 +627,19 @@ class KubernetesBackend:
         body = kubernetes.client.V1DeleteOptions(
             propagation_policy="Foreground", grace_period_seconds=math.ceil(grace_seconds)
         )
+        namespace = self._settings.namespace
         with contextlib.suppress(kubernetes.client.ApiException):
             await asyncio.to_thread(
-                batch_api.delete_namespaced_job, placed.job, self._settings.namespace, body=body
+                batch_api.delete_namespaced_job, placed.job, namespace, body=body
             )
+        until = time.monotonic() + grace_seconds + 60
+        while time.monotonic() < until:
+            try:
+                await asyncio.to_thread(batch_api.read_namespaced_job, placed.job, namespace)
+            except kubernetes.client.ApiException as exc:
+                if exc.status == 404:  # gone, pods first (foreground)
+                    break
+            await asyncio.sleep(self._settings.poll_seconds)
         for other in self._placed.values():
             if other.job == placed.job and not other.ended:
                 other.ended = True
