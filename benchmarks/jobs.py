@@ -145,7 +145,11 @@ def _wait_executor(client: httpx.Client, machine: str, timeout: float = 120) -> 
     """Until a job on ``machine`` is accepted: the Ray executor has announced itself."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        name = _create(client, ["python", "-c", "pass"], machine)
+        try:
+            name = _create(client, ["python", "-c", "pass"], machine)
+        except httpx.HTTPStatusError:  # no executor fits it yet: refused at create
+            time.sleep(1)
+            continue
         if _wait_terminal(client, [name], 120).get(name) == "JOB_STATE_SUCCEEDED":
             return
         time.sleep(1)

@@ -196,6 +196,21 @@ async def test_a_new_executor_process_adopts_what_runs_and_reports_what_ended_on
     await _start(first, config, running)
     await _start(first, config, quick)
     program = int(await _wait_for_file(tmp_path / "running"))
+    try:
+        await _adopt_then_report_once(config, tmp_path, first, running, quick, program)
+    finally:  # whatever failed above, the replicas this test started end with it
+        (tmp_path / "go").write_text("1")
+        (tmp_path / "finish").write_text("1")
+
+
+async def _adopt_then_report_once(
+    config: LaunchConfig,
+    tmp_path: Path,
+    first: LocalBackend,
+    running: StartReplica,
+    quick: StartReplica,
+    program: int,
+) -> None:
     await first.close()  # the executor is gone; its replicas are not
     (tmp_path / "go").write_text("1")
     await _wait_for_file(config.attempt_dir(quick.replica) / "exit.json")
