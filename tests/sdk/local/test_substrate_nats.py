@@ -311,6 +311,9 @@ async def test_each_service_does_its_work_with_its_own_user(
 
         for pattern in user.listens:
             await client_bus.listen(pattern, hear)
+        # The subscriptions reach the server before anything is published to them.
+        await connection.flush()
+        for pattern in user.listens:
             await operator.publish(NAMESPACE.subject(_concrete(pattern)), b"{}")
         await operator.flush()
 
