@@ -119,8 +119,9 @@ class RayBackendSettings(BaseSettings):
     group_linger_seconds: float = Field(
         default=120.0,
         ge=0,
-        description="How long a job's placement group outlives its last attempt here "
-        "(restarts come back to the same nodes within it).",
+        description="How long a job's placement group outlives its last attempt here when "
+        "that attempt failed (its restart comes back to the same nodes within it); a job "
+        "whose last attempt exited 0 or was stopped frees its group at once.",
     )
     refresh_seconds: float = Field(
         default=5.0, gt=0, description="Seconds between two reads of the cluster's resources."
@@ -227,6 +228,9 @@ class _Gang:
     forming: asyncio.Task[None] | None = None
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
     idle_since: float | None = None
+    settled: bool = False
+    """Its last attempt here ended cleanly (exit 0) or was stopped: no restart will come back
+    to these nodes, so the group is freed at once instead of lingering."""
 
 
 class RayBackend:
@@ -569,6 +573,9 @@ class RayBackend:
         if attempt.ended.is_set():
             return
         attempt.ended.set()
+        gang = self._gangs.get(attempt.key.job_id)
+        if gang is not None:
+            gang.settled = reason == "killed" or (reason == "exited" and exit_code == 0)
         self._exits.put_nowait(
             ReplicaExit(
                 attempt.key, reason, exit_code, message[-8000:], ended_at or datetime.now(UTC)
@@ -602,14 +609,14 @@ class RayBackend:
 
     async def reported(self, replica: ReplicaKey) -> None:
         """The exit is published: the actor goes (its bundle is free for the next
-        attempt); with no linger, the job's group goes with its last attempt here."""
+        attempt); the job's group goes with its last attempt here when that one ended
+        cleanly or was stopped, else after the linger (a restart comes back to it)."""
         attempt = self._attempts.pop(replica, None)
         actor = attempt.actor if attempt is not None else await self._actor(replica)
         if actor is not None:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self._ray_module().kill, actor, no_restart=True)
-        if self._settings.group_linger_seconds == 0:
-            await self._remove_idle_groups()
+        await self._remove_idle_groups()
 
     # -- recovery --------------------------------------------------------------------------
 
@@ -706,7 +713,8 @@ class RayBackend:
                 continue
             if gang.idle_since is None:
                 gang.idle_since = now
-            if now - gang.idle_since < self._settings.group_linger_seconds:
+            linger = 0.0 if gang.settled else self._settings.group_linger_seconds
+            if now - gang.idle_since < linger:
                 continue
             if gang.forming is not None:
                 continue  # being made: its commands are on their way
