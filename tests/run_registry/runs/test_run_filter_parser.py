@@ -4,8 +4,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from mldiag_run_registry.errors import InvalidFilter, InvalidOrderBy
-from mldiag_run_registry.filtering import (
+from mldiag_platform.errors import InvalidFilter, InvalidOrderBy
+from mldiag_platform.listing.filtering import (
     And,
     Comparison,
     Not,

@@ -99,3 +99,27 @@ class Unavailable(MldiagError):
     code = "unavailable"
     http_status = 503
     retryable = True
+
+
+class InvalidPageToken(InvalidArgument):
+    """A list's page token was not issued by this API for this query (or is corrupt)."""
+
+    code = "invalid_page_token"
+
+
+class InvalidPageSize(InvalidArgument):
+    """A list's page size is out of range."""
+
+    code = "invalid_page_size"
+
+
+class InvalidFilter(InvalidArgument):
+    """A list's ``filter`` does not parse or names an unknown field (details: position)."""
+
+    code = "invalid_filter"
+
+
+class InvalidOrderBy(InvalidArgument):
+    """A list's ``orderBy`` names an unknown field or is malformed."""
+
+    code = "invalid_order_by"

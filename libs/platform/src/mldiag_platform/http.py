@@ -192,6 +192,13 @@ async def read_body(request: Request, model: type[ModelT]) -> ModelT:
     return parse_body(model, await request.body())
 
 
+def query_param(request: Request, camel: str, snake: str) -> str | None:
+    """A query parameter by its camelCase name (``pageSize``) or else by the snake_case one
+    the official SDKs send (``page_size``); ``None`` when neither is given."""
+    params = request.query_params
+    return params.get(camel, params.get(snake))
+
+
 def json_body(model: type[BaseModel], *alternatives: type[BaseModel]) -> dict[str, Any]:
     """``openapi_extra`` declaring a route's JSON body as ``model`` (or any of
     ``alternatives``), for handlers that read the body themselves (to pick their own error

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 from urllib.parse import urlencode
 
 import httpx
@@ -102,38 +102,50 @@ def _http_client(
     return httpx.Client(base_url=base_url, headers=headers, timeout=timeout, transport=transport)
 
 
-def _request(
-    http: httpx.Client,
-    method: str,
-    path: str,
-    *,
-    params: Mapping[str, object] | None = None,
-    body: JsonObject | None = None,
-    service: str = "run-registry",
-) -> JsonObject:
-    """One call: the answer's JSON object, :class:`ApiError` or :class:`ApiUnreachable`."""
-    try:
-        response = http.request(method, path, params=_drop_empty(params or {}), json=body)
-    except httpx.TransportError as error:
-        detail = str(error) or type(error).__name__
-        raise ApiUnreachable(str(http.base_url).rstrip("/"), detail, service=service) from error
-    if response.status_code >= 400:
-        raise _error_from(response)
-    if not response.content:
-        return {}  # a bodiless 2xx (204): nothing to show
-    try:
-        answer = response.json()
-    except ValueError as error:
-        raise ApiError(response.status_code, "invalid_response", str(error)) from error
-    if not isinstance(answer, dict):
-        raise ApiError(response.status_code, "invalid_response", "not a JSON object")
-    return answer
-
-
 class _Client:
-    """An HTTP client of one service: a context manager that closes its connections."""
+    """An HTTP client of one service: a context manager that closes its connections, and
+    the one way its calls are sent and their answers read."""
 
+    base_url: str
     _http: httpx.Client
+    _service: ClassVar[str] = "run-registry"
+    """Which API it calls (named by :class:`ApiUnreachable`)."""
+
+    def _error(self, response: httpx.Response) -> ApiError:
+        """The error an answer of 400 or more stands for, in the API's error dialect."""
+        return _error_from(response)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, object] | None = None,
+        **kwargs: Any,
+    ) -> httpx.Response:
+        """One call (empty ``params`` left out): the answer, :class:`ApiError` or
+        :class:`ApiUnreachable`."""
+        try:
+            response = self._http.request(method, path, params=_drop_empty(params or {}), **kwargs)
+        except httpx.TransportError as error:
+            detail = str(error) or type(error).__name__
+            raise ApiUnreachable(self.base_url, detail, service=self._service) from error
+        if response.status_code >= 400:
+            raise self._error(response)
+        return response
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> JsonObject:
+        """One call whose answer is a JSON object (``{}`` for a bodiless 2xx)."""
+        response = self._send(method, path, **kwargs)
+        if not response.content:
+            return {}  # a bodiless 2xx (204): nothing to show
+        try:
+            answer = response.json()
+        except ValueError as error:
+            raise ApiError(response.status_code, "invalid_response", str(error)) from error
+        if not isinstance(answer, dict):
+            raise ApiError(response.status_code, "invalid_response", "not a JSON object")
+        return answer
 
     def __enter__(self) -> Self:
         return self
@@ -191,7 +203,7 @@ class RegistryClient(_Client):
         scoped: bool = True,
     ) -> JsonObject:
         prefix = self._prefix if scoped else "/v1"
-        return _request(self._http, method, prefix + path, params=params, body=body)
+        return self._json(method, prefix + path, params=params, json=body)
 
     # runs
 
@@ -460,6 +472,8 @@ class XProfClient(_Client):
     elsewhere. Errors are those of :class:`RegistryClient`.
     """
 
+    _service = "xprof-provisioner"
+
     def __init__(
         self,
         base_url: str = DEFAULT_XPROF_URL,
@@ -473,7 +487,7 @@ class XProfClient(_Client):
         self._http = _http_client(self.base_url, token, timeout, transport)
 
     def _call(self, method: str, path: str, body: JsonObject | None = None) -> JsonObject:
-        return _request(self._http, method, path, body=body, service="xprof-provisioner")
+        return self._json(method, path, json=body)
 
     def create_instance(self, run_ids: list[str]) -> JsonObject:
         """An instance serving the sessions of ``run_ids`` (a new one, or the one serving

@@ -10,7 +10,7 @@ stable reason (``not_found``, ``invalid_argument``, ...), so callers handle both
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,8 @@ class JobsClient(_Client):
     with neither, the short ``/v1/`` form (the default project and location).
     """
 
+    _service = SERVICE
+
     def __init__(
         self,
         base_url: str = DEFAULT_API_URL,
@@ -97,6 +99,9 @@ class JobsClient(_Client):
         self.location = location
         self._http = _http_client(self.base_url, token, timeout, transport)
 
+    def _error(self, response: httpx.Response) -> ApiError:
+        return _vertex_error(response)
+
     def _prefix(self, project: str | None = None, location: str | None = None) -> str:
         project, location = project or self.project, location or self.location
         if project or location:
@@ -107,35 +112,6 @@ class JobsClient(_Client):
     def _job_path(self, reference: str, suffix: str = "") -> str:
         project, location, job_id = parse_job_name(reference)
         return f"{self._prefix(project, location)}/customJobs/{job_id}{suffix}"
-
-    def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, object] | None = None,
-        **kwargs: Any,
-    ) -> httpx.Response:
-        try:
-            response = self._http.request(method, path, params=_drop_empty(params or {}), **kwargs)
-        except httpx.TransportError as error:
-            detail = str(error) or type(error).__name__
-            raise ApiUnreachable(self.base_url, detail, service=SERVICE) from error
-        if response.status_code >= 400:
-            raise _vertex_error(response)
-        return response
-
-    def _json(self, method: str, path: str, **kwargs: Any) -> JsonObject:
-        response = self._send(method, path, **kwargs)
-        if not response.content:
-            return {}
-        try:
-            answer = response.json()
-        except ValueError as error:
-            raise ApiError(response.status_code, "invalid_response", str(error)) from error
-        if not isinstance(answer, dict):
-            raise ApiError(response.status_code, "invalid_response", "not a JSON object")
-        return answer
 
     # jobs
 

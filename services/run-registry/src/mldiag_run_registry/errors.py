@@ -1,33 +1,13 @@
-"""run-registry's errors shared by its parts (each part adds its own in its errors.py)."""
+"""run-registry's errors shared by its parts (each part adds its own in its errors.py).
+
+A list's errors (``invalid_filter``, ``invalid_order_by``, ``invalid_page_size``,
+``invalid_page_token``) are the platform's, raised by ``mldiag_platform.listing``.
+"""
 
 from mldiag_platform.errors import InvalidArgument
-
-
-class InvalidPageToken(InvalidArgument):
-    """The page token was not issued by this API (or is corrupt)."""
-
-    code = "invalid_page_token"
-
-
-class InvalidPageSize(InvalidArgument):
-    """The page size is out of range."""
-
-    code = "invalid_page_size"
 
 
 class InvalidRunId(InvalidArgument):
     """A run id in the path is not a valid id."""
 
     code = "invalid_run_id"
-
-
-class InvalidFilter(InvalidArgument):
-    """A list's ``filter`` does not parse or names an unknown field (details: position)."""
-
-    code = "invalid_filter"
-
-
-class InvalidOrderBy(InvalidArgument):
-    """A list's ``orderBy`` names an unknown field or is malformed."""
-
-    code = "invalid_order_by"

@@ -1,6 +1,8 @@
 """List filters and orderings (a subset of AIP-160 and AIP-132), parsed into a small tree.
 
-No SQL here: each repository compiles the tree for its own columns.
+No SQL here: each repository compiles the tree for its own columns (``render_where`` joins
+the boolean structure around the repository's own leaf); each list names its fields with a
+table of :class:`FieldSpec`.
 
 Grammar, with AIP-160's precedence (``OR`` binds tighter than ``AND``, so
 ``a AND b OR c`` means ``a AND (b OR c)``; use parentheses when in doubt)::
@@ -23,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from mldiag_run_registry.errors import InvalidFilter, InvalidOrderBy
+from mldiag_platform.errors import InvalidFilter, InvalidOrderBy
 
 MAX_FILTER_LENGTH = 4000
 MAX_DEPTH = 32

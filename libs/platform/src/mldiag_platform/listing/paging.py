@@ -1,4 +1,4 @@
-"""Page sizes and opaque keyset page tokens shared by every list in the registry.
+"""Page sizes and opaque keyset page tokens shared by every list API.
 
 A token comes back from the caller, so what it carries is checked like any input before it
 reaches a query: times must be time-zone aware and within what PostgreSQL stores, integers
@@ -7,13 +7,16 @@ within a bigint, text without NUL.
 
 import base64
 import binascii
+import hashlib
 import json
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import pydantic_core
 
-from mldiag_run_registry.errors import InvalidPageSize, InvalidPageToken
+from mldiag_platform.errors import InvalidPageSize, InvalidPageToken
+from mldiag_platform.listing.filtering import OrderKey
 
 INT32_MAX = 2**31 - 1
 """The largest value of a PostgreSQL ``integer``."""
@@ -26,11 +29,14 @@ INT64_MIN = -(2**63)
 
 
 def page_size(requested: int | None, default: int, maximum: int) -> int:
-    """The effective page size: the default when unset, capped at ``maximum``."""
+    """The effective page size: the default when unset (or 0), capped at ``maximum``."""
     if requested is None or requested == 0:
         return default
     if requested < 0:
-        raise InvalidPageSize(f"pageSize must be positive, got {requested}")
+        raise InvalidPageSize(
+            f"pageSize must be positive, got {requested}",
+            details=[{"field": "pageSize", "problem": "must be positive"}],
+        )
     return min(requested, maximum)
 
 
@@ -76,3 +82,31 @@ def token_text(value: object) -> str:
     if not isinstance(value, str) or "\x00" in value:
         raise InvalidPageToken("the page token is not valid")
     return value
+
+
+def query_digest(filter_text: str, order_by: str) -> str:
+    """A short digest of a list's query: a keyset token carries it, so a token is refused
+    for another filter or order."""
+    return hashlib.sha256(f"{filter_text}\0{order_by}".encode()).hexdigest()[:16]
+
+
+def keyset_token(values: Sequence[object], query: str) -> str:
+    """The token of the position after a page's last row: its values of the order keys
+    (times as ISO 8601) and the :func:`query_digest` it was listed with."""
+    keys = [value.isoformat() if isinstance(value, datetime) else value for value in values]
+    return encode_token({"k": keys, "q": query})
+
+
+def keyset_position(
+    token: str, order: Sequence[OrderKey], query: str, timestamps: Collection[str]
+) -> list[object]:
+    """The values of :func:`keyset_token`, one per key of ``order`` (times for the fields
+    in ``timestamps``, text for the others), or :class:`InvalidPageToken`."""
+    fields = decode_token(token)
+    values = fields.get("k")
+    if fields.get("q") != query or not isinstance(values, list) or len(values) != len(order):
+        raise InvalidPageToken("the page token is not valid for this filter and orderBy")
+    return [
+        token_time(value) if key.field in timestamps else token_text(value)
+        for key, value in zip(order, values, strict=True)
+    ]

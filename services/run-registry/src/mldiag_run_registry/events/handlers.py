@@ -7,9 +7,10 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.http import ContractResponse
+from mldiag_platform.resources import ParentDep, checked_id, id_path, route
 from mldiag_run_registry.events.service import EventsService
 from mldiag_run_registry.live.service import LiveFeed
-from mldiag_run_registry.resources import ParentDep, RunIdPath, checked_id, id_path, route
+from mldiag_run_registry.resources import RunIdPath
 from mldiag_schemas import bus
 from mldiag_schemas.analyses import AnalysisCompleted, ListAnalysesResponse
 from mldiag_schemas.auth import Permission

@@ -12,7 +12,8 @@ from datetime import datetime
 
 import asyncpg
 
-from mldiag_run_registry.filtering import Comparison, Expr, render_where
+from mldiag_platform.listing.filtering import Expr
+from mldiag_platform.listing.sql import where_sql
 from mldiag_schemas.analyses import Analysis
 from mldiag_schemas.events import WorkloadEvent
 
@@ -73,20 +74,10 @@ def _stored(row: asyncpg.Record) -> StoredEvent:
     )
 
 
-def _comparison(expr: Comparison, params: list[object]) -> str:
-    column = _FIELD_COLUMNS[expr.field]
-    if expr.op == ":" and expr.value is None:
-        return f"({column} IS NOT NULL)"
-    value = expr.value
-    if expr.field == "run" and isinstance(value, str):
-        value = value.rstrip("/").rsplit("/", 1)[-1]  # a run id or a run's full name
-    params.append(value)
-    placeholder = f"${len(params)}"
-    if expr.op == ":":
-        return f"(strpos({column}, {placeholder}) > 0)"
-    if expr.op == "!=":
-        return f"({column} IS DISTINCT FROM {placeholder})"
-    return f"({column} {expr.op} {placeholder})"
+def _sql_value(field: str, value: object) -> object:
+    if field == "run" and isinstance(value, str):
+        return value.rstrip("/").rsplit("/", 1)[-1]  # a run id or a run's full name
+    return value
 
 
 class EventsRepository:
@@ -134,7 +125,7 @@ class EventsRepository:
             params.append(run_id)
             clauses.append(f"e.run_id = ${len(params)}")
         if where is not None:
-            clauses.append(render_where(where, lambda leaf: _comparison(leaf, params)))
+            clauses.append(where_sql(where, params, _FIELD_COLUMNS, value=_sql_value))
         if after is not None:
             params.extend(after)
             clauses.append(f"(e.start_time, e.event_id) < (${len(params) - 1}, ${len(params)})")

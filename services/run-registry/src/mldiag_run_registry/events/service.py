@@ -15,18 +15,18 @@ from datetime import datetime
 
 import structlog
 
-from mldiag_run_registry.errors import InvalidPageToken
-from mldiag_run_registry.events.errors import EventNotFound
-from mldiag_run_registry.events.repository import EventsRepository, StoredEvent
-from mldiag_run_registry.filtering import FieldSpec, Kind, field_table, parse_filter
-from mldiag_run_registry.lookup import RunLookup
-from mldiag_run_registry.paging import (
+from mldiag_platform.errors import InvalidPageToken
+from mldiag_platform.listing.filtering import FieldSpec, Kind, field_table, parse_filter
+from mldiag_platform.listing.paging import (
     decode_token,
     encode_token,
     page_size,
     token_text,
     token_time,
 )
+from mldiag_run_registry.events.errors import EventNotFound
+from mldiag_run_registry.events.repository import EventsRepository, StoredEvent
+from mldiag_run_registry.lookup import RunLookup
 from mldiag_schemas.analyses import Analysis
 from mldiag_schemas.events import EventState, EventType, ListEventsResponse, Severity, WorkloadEvent
 from mldiag_schemas.ids import run_name

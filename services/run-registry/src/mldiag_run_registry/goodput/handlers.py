@@ -5,8 +5,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response
 
 from mldiag_platform.http import ContractResponse
+from mldiag_platform.resources import ParentDep, route
 from mldiag_run_registry.goodput.service import GoodputService
-from mldiag_run_registry.resources import ParentDep, RunIdPath, route
+from mldiag_run_registry.resources import RunIdPath
 from mldiag_schemas.auth import Permission
 
 router = APIRouter()

@@ -7,8 +7,9 @@ from fastapi import APIRouter, Depends, Request, Response
 
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.http import ContractResponse
+from mldiag_platform.resources import ParentDep, route
 from mldiag_run_registry.heartbeats.service import HeartbeatsService
-from mldiag_run_registry.resources import ParentDep, RunIdPath, route
+from mldiag_run_registry.resources import RunIdPath
 from mldiag_schemas import bus
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.telemetry import ListHeartbeatsResponse, RunHeartbeat

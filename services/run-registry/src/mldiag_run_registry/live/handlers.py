@@ -15,8 +15,9 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import StreamingResponse
 
 from mldiag_platform.http import stopping_event
+from mldiag_platform.resources import ParentDep, route
 from mldiag_run_registry.live.service import LiveFeed
-from mldiag_run_registry.resources import ParentDep, RunIdPath, route
+from mldiag_run_registry.resources import RunIdPath
 from mldiag_run_registry.runs.service import RunService
 from mldiag_schemas.auth import Permission
 

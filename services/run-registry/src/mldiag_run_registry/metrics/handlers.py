@@ -6,9 +6,10 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.http import ContractResponse
+from mldiag_platform.resources import ParentDep, route
 from mldiag_run_registry.live.service import LiveFeed
 from mldiag_run_registry.metrics.service import MetricsService, StepRange
-from mldiag_run_registry.resources import ParentDep, RunIdPath, route
+from mldiag_run_registry.resources import RunIdPath
 from mldiag_schemas import bus
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.sharing import RunUpdateKind

@@ -14,6 +14,12 @@ from datetime import UTC, datetime, timedelta
 import structlog
 from prometheus_client import Counter
 
+from mldiag_platform.listing.paging import (
+    decode_token,
+    encode_token,
+    page_size,
+    token_int,
+)
 from mldiag_run_registry.lookup import RunLookup, SummaryWriter
 from mldiag_run_registry.metrics.errors import (
     InvalidBucketCount,
@@ -26,12 +32,6 @@ from mldiag_run_registry.metrics.repository import (
     BucketRow,
     MetricsRepository,
     SeriesRow,
-)
-from mldiag_run_registry.paging import (
-    decode_token,
-    encode_token,
-    page_size,
-    token_int,
 )
 from mldiag_schemas.runs import RunMetricsSummary
 from mldiag_schemas.telemetry import (

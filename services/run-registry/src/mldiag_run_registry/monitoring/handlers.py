@@ -5,9 +5,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response
 
 from mldiag_platform.http import ContractResponse, parse_body
+from mldiag_platform.resources import ParentDep, route
 from mldiag_run_registry.monitoring.errors import InvalidMonitoringRules
 from mldiag_run_registry.monitoring.service import MonitoringService
-from mldiag_run_registry.resources import ParentDep, route
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.monitoring import ProjectMonitoringRules
 

@@ -5,9 +5,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from mldiag_platform.http import ContractResponse, read_body
+from mldiag_platform.resources import ParentDep, checked_id, id_path, route
 from mldiag_run_registry.operations.errors import InvalidOperationId
 from mldiag_run_registry.operations.service import OperationsService, parse_timeout
-from mldiag_run_registry.resources import ParentDep, checked_id, id_path, route
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.operations import WaitOperationRequest
 

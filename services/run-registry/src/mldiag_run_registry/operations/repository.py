@@ -5,7 +5,7 @@ from datetime import datetime
 
 import asyncpg
 
-from mldiag_run_registry.filtering import Comparison, Expr, render_where
+from mldiag_platform.listing.filtering import Comparison, Expr, render_where
 from mldiag_schemas.operations import Operation, OperationError, OperationMetadata, OperationVerb
 from mldiag_schemas.profiling import ProfilerSession
 from mldiag_schemas.runs import Run

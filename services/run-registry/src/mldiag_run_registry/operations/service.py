@@ -14,8 +14,15 @@ import uuid
 
 import structlog
 
-from mldiag_run_registry.errors import InvalidPageToken
-from mldiag_run_registry.filtering import FieldSpec, Kind, field_table, parse_filter
+from mldiag_platform.errors import InvalidPageToken
+from mldiag_platform.listing.filtering import FieldSpec, Kind, field_table, parse_filter
+from mldiag_platform.listing.paging import (
+    decode_token,
+    encode_token,
+    page_size,
+    token_text,
+    token_time,
+)
 from mldiag_run_registry.operations.errors import (
     InvalidOperationId,
     InvalidTimeout,
@@ -23,13 +30,6 @@ from mldiag_run_registry.operations.errors import (
     OperationNotFound,
 )
 from mldiag_run_registry.operations.repository import OperationsRepository, operation_name
-from mldiag_run_registry.paging import (
-    decode_token,
-    encode_token,
-    page_size,
-    token_text,
-    token_time,
-)
 from mldiag_schemas.ids import is_run_id
 from mldiag_schemas.operations import ListOperationsResponse, Operation, OperationVerb
 

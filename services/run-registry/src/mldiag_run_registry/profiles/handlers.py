@@ -9,9 +9,10 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.http import ContractResponse, read_body
+from mldiag_platform.resources import ParentDep, checked_id, id_path, route
 from mldiag_run_registry.profiles.captures import CapturesService
 from mldiag_run_registry.profiles.service import ProfilesService
-from mldiag_run_registry.resources import ParentDep, RunIdPath, checked_id, id_path, route
+from mldiag_run_registry.resources import RunIdPath
 from mldiag_schemas import bus
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.envelope import Envelope

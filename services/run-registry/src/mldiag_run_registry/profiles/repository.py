@@ -12,8 +12,8 @@ from datetime import datetime
 
 import asyncpg
 
+from mldiag_platform.listing.filtering import Comparison, Expr, render_where
 from mldiag_platform.outbox import Outbox
-from mldiag_run_registry.filtering import Comparison, Expr, render_where
 from mldiag_run_registry.operations.repository import (
     OperationsRepository,
     operation_name,

@@ -13,12 +13,9 @@ from datetime import UTC, datetime
 
 import structlog
 
-from mldiag_platform.errors import InvalidArgument
-from mldiag_platform.outbox import Flusher
-from mldiag_run_registry.errors import InvalidPageToken
-from mldiag_run_registry.filtering import FieldSpec, Kind, field_table, parse_filter
-from mldiag_run_registry.lookup import RunFinder, RunLookup
-from mldiag_run_registry.paging import (
+from mldiag_platform.errors import InvalidArgument, InvalidPageToken
+from mldiag_platform.listing.filtering import FieldSpec, Kind, field_table, parse_filter
+from mldiag_platform.listing.paging import (
     INT32_MAX,
     decode_token,
     encode_token,
@@ -26,6 +23,8 @@ from mldiag_run_registry.paging import (
     token_text,
     token_time,
 )
+from mldiag_platform.outbox import Flusher
+from mldiag_run_registry.lookup import RunFinder, RunLookup
 from mldiag_run_registry.profiles.errors import SessionNotFound, TimestampInFuture
 from mldiag_run_registry.profiles.merge import SessionState, merge_report
 from mldiag_run_registry.profiles.repository import ProfilesRepository, SessionWrite

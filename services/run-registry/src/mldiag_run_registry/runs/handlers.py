@@ -12,9 +12,10 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.errors import InvalidArgument
-from mldiag_platform.http import ContractResponse, parse_body
+from mldiag_platform.http import ContractResponse, parse_body, query_param
+from mldiag_platform.resources import ParentDep, route
 from mldiag_run_registry.monitoring.errors import InvalidMonitoringRules
-from mldiag_run_registry.resources import ParentDep, RunIdPath, route
+from mldiag_run_registry.resources import RunIdPath
 from mldiag_run_registry.runs.service import RunService
 from mldiag_schemas import bus
 from mldiag_schemas.auth import Permission
@@ -36,13 +37,8 @@ def _service(request: Request) -> RunService:
 ServiceDep = Annotated[RunService, Depends(_service)]
 
 
-def _param(request: Request, camel: str, snake: str) -> str | None:
-    params = request.query_params
-    return params.get(camel, params.get(snake))
-
-
 def _flag(request: Request, camel: str, snake: str) -> bool:
-    value = _param(request, camel, snake)
+    value = query_param(request, camel, snake)
     if value is None or value.lower() in ("", "false", "0"):
         return False
     if value.lower() in ("true", "1"):
@@ -163,7 +159,7 @@ async def update_run(
         parent.location,
         run_id,
         body,
-        _param(request, "updateMask", "update_mask"),
+        query_param(request, "updateMask", "update_mask"),
         allow_missing=_flag(request, "allowMissing", "allow_missing"),
     )
     return ContractResponse(operation)

@@ -8,8 +8,9 @@ from typing import Literal
 
 import asyncpg
 
+from mldiag_platform.listing.filtering import Expr, OrderKey
+from mldiag_platform.listing.sql import keyset_sql, order_sql, where_sql
 from mldiag_platform.outbox import Outbox
-from mldiag_run_registry.filtering import Comparison, Expr, OrderKey, render_where
 from mldiag_run_registry.operations.repository import OperationsRepository
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.ids import run_name
@@ -85,6 +86,7 @@ _FIELD_COLUMNS = {
     "createTime": "create_time",
     "updateTime": "update_time",
     "workloadId": "workload_id",
+    "labels": "labels",  # JSONB: filtered by key, never ordered
 }
 
 
@@ -150,51 +152,6 @@ def _sql_value(field: str, value: object) -> object:
     if field == "runPhase" and isinstance(value, str):
         return RunPhase(value).state.value
     return value
-
-
-def _where(expr: Expr, params: list[object]) -> str:
-    return render_where(expr, lambda comparison: _comparison(comparison, params))
-
-
-def _comparison(expr: Comparison, params: list[object]) -> str:
-    if expr.field == "labels":
-        params.append(expr.key)
-        key = f"${len(params)}"
-        if expr.op == ":" and expr.value is None:
-            return f"(labels ? {key})"
-        column = f"(labels ->> {key})"
-    else:
-        column = _FIELD_COLUMNS[expr.field]
-        if expr.op == ":" and expr.value is None:
-            return f"({column} <> '')"
-    params.append(_sql_value(expr.field, expr.value))
-    placeholder = f"${len(params)}"
-    if expr.op == ":":
-        return f"(strpos({column}, {placeholder}) > 0)"
-    if expr.op == "!=":
-        # A missing label differs from any value.
-        return f"({column} IS DISTINCT FROM {placeholder})"
-    return f"({column} {expr.op} {placeholder})"
-
-
-def _order_sql(order: Sequence[OrderKey]) -> str:
-    return ", ".join(
-        f"{_FIELD_COLUMNS[key.field]} {'DESC' if key.descending else 'ASC'}" for key in order
-    )
-
-
-def _keyset(order: Sequence[OrderKey], after: Sequence[object], params: list[object]) -> str:
-    """Rows strictly after ``after`` in ``order``: (a > x) OR (a = x AND b > y) OR ..."""
-    ors = []
-    for depth, key in enumerate(order):
-        ands = []
-        for previous, value in zip(order[:depth], after[:depth], strict=True):
-            params.append(_sql_value(previous.field, value))
-            ands.append(f"{_FIELD_COLUMNS[previous.field]} = ${len(params)}")
-        params.append(_sql_value(key.field, after[depth]))
-        ands.append(f"{_FIELD_COLUMNS[key.field]} {'<' if key.descending else '>'} ${len(params)}")
-        ors.append("(" + " AND ".join(ands) + ")")
-    return "(" + " OR ".join(ors) + ")"
 
 
 class RunRepository:
@@ -323,13 +280,15 @@ class RunRepository:
         params: list[object] = [project, location]
         clauses = ["project = $1", "location = $2", "delete_time IS NULL"]
         if where is not None:
-            clauses.append(_where(where, params))
+            clauses.append(
+                where_sql(where, params, _FIELD_COLUMNS, empty_is_unset=True, value=_sql_value)
+            )
         if after is not None:
-            clauses.append(_keyset(order, after, params))
+            clauses.append(keyset_sql(order, after, params, _FIELD_COLUMNS, value=_sql_value))
         params.append(limit)
         rows = await self._pool.fetch(
             f"SELECT {_SELECT} FROM runs WHERE {' AND '.join(clauses)}"
-            f" ORDER BY {_order_sql(order)} LIMIT ${len(params)}",
+            f" ORDER BY {order_sql(order, _FIELD_COLUMNS)} LIMIT ${len(params)}",
             *params,
         )
         return [_run_from(row) for row in rows]

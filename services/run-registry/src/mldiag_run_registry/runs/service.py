@@ -11,7 +11,6 @@ facts (RunCreated, RunUpdated, RunPhaseChanged, RunDeleted) go out through the o
 commit.
 """
 
-import hashlib
 import secrets
 import uuid
 from datetime import UTC, datetime
@@ -22,9 +21,7 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_camel, to_snake
 
 from mldiag_platform.errors import InvalidArgument, Unavailable
-from mldiag_platform.outbox import Flusher
-from mldiag_run_registry.errors import InvalidPageToken, InvalidRunId
-from mldiag_run_registry.filtering import (
+from mldiag_platform.listing.filtering import (
     FieldSpec,
     Kind,
     OrderKey,
@@ -32,15 +29,16 @@ from mldiag_run_registry.filtering import (
     parse_filter,
     parse_order_by,
 )
+from mldiag_platform.listing.paging import (
+    keyset_position,
+    keyset_token,
+    page_size,
+    query_digest,
+)
+from mldiag_platform.outbox import Flusher
+from mldiag_run_registry.errors import InvalidRunId
 from mldiag_run_registry.monitoring.service import check_rules
 from mldiag_run_registry.operations.service import new_operation_id
-from mldiag_run_registry.paging import (
-    decode_token,
-    encode_token,
-    page_size,
-    token_text,
-    token_time,
-)
 from mldiag_run_registry.runs import configs
 from mldiag_run_registry.runs.errors import (
     EtagMismatch,
@@ -332,32 +330,14 @@ class RunService:
         order = parse_order_by(order_by, FIELDS) if order_by.strip() else list(DEFAULT_ORDER)
         if not any(key.field == "runId" for key in order):
             order.append(OrderKey("runId", descending=order[-1].descending))
-        query = hashlib.sha256(f"{filter_text}\0{order_by}".encode()).hexdigest()[:16]
-        after = self._decode_position(page_token, order, query) if page_token else None
+        query = query_digest(filter_text, order_by)
+        after = keyset_position(page_token, order, query, _TIMESTAMP_FIELDS) if page_token else None
         runs = await self._repository.list_runs(project, location, where, order, size + 1, after)
         token = ""
         if len(runs) > size:
             runs = runs[:size]
-            last = runs[-1]
-            values = [_order_value(last, key.field) for key in order]
-            token = encode_token(
-                {
-                    "k": [v.isoformat() if isinstance(v, datetime) else v for v in values],
-                    "q": query,
-                }
-            )
+            token = keyset_token([_order_value(runs[-1], key.field) for key in order], query)
         return ListRunsResponse(machine_learning_runs=runs, next_page_token=token)
-
-    @staticmethod
-    def _decode_position(token: str, order: list[OrderKey], query: str) -> list[object]:
-        fields = decode_token(token)
-        values = fields.get("k")
-        if fields.get("q") != query or not isinstance(values, list) or len(values) != len(order):
-            raise InvalidPageToken("the page token is not valid for this filter and orderBy")
-        return [
-            token_time(value) if key.field in _TIMESTAMP_FIELDS else token_text(value)
-            for key, value in zip(order, values, strict=True)
-        ]
 
     # --- update ---------------------------------------------------------------------------
 

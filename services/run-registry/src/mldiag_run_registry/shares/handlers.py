@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from mldiag_platform.auth import Principal, authenticated
 from mldiag_platform.http import ContractResponse, read_body
-from mldiag_run_registry.resources import ParentDep, checked_id, id_path, route
+from mldiag_platform.resources import ParentDep, checked_id, id_path, route
 from mldiag_run_registry.shares.service import ShareLinksService
 from mldiag_schemas.auth import SHARED_ROLE, Caller, Permission
 from mldiag_schemas.sharing import CreateShareLinkRequest

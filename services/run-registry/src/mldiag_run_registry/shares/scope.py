@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from mldiag_run_registry.resources import PARENT_PREFIXES
+from mldiag_platform.resources import PARENT_PREFIXES
 from mldiag_run_registry.shares.errors import InvalidShareResource, OutsideShareScope
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.ids import (

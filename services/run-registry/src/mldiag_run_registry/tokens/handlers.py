@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Request, Response
 
 from mldiag_platform.auth import requires
 from mldiag_platform.http import ContractResponse, json_body, read_body
-from mldiag_run_registry.resources import checked_id, id_path
+from mldiag_platform.resources import checked_id, id_path
 from mldiag_run_registry.tokens.service import TokenService
 from mldiag_schemas.auth import CreateTokenRequest, Permission
 

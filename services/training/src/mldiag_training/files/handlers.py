@@ -22,11 +22,12 @@ from fastapi.responses import StreamingResponse
 
 from mldiag_platform.auth import requires
 from mldiag_platform.http import ContractResponse, stopping_event
+from mldiag_platform.resources import PARENT_PREFIXES, ParentDep
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.files import ListJobLogsResponse, UploadedPackage
 from mldiag_training.files.errors import InvalidLogRange
 from mldiag_training.files.service import LogRead, LogsService, PackagesService, parse_streams
-from mldiag_training.resources import PARENT_PREFIXES, JobIdPath, ParentDep, checked_id, route
+from mldiag_training.resources import JobIdPath, checked_id, route
 
 router = APIRouter()
 

@@ -8,6 +8,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 
+from mldiag_platform.errors import InvalidPageSize
+from mldiag_platform.http import query_param
+from mldiag_platform.resources import ParentDep
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.jobs import (
     CustomJob,
@@ -15,10 +18,9 @@ from mldiag_schemas.jobs import (
     ListCustomJobsResponse,
     ListReplicasResponse,
 )
-from mldiag_training.errors import InvalidPageSize
 from mldiag_training.jobs.service import JobsService
 from mldiag_training.jobs.validation import parse_custom_job
-from mldiag_training.resources import JobIdPath, ParentDep, route
+from mldiag_training.resources import JobIdPath, route
 from mldiag_training.vertex import VertexResponse
 
 router = APIRouter()
@@ -32,13 +34,8 @@ def _service(request: Request) -> JobsService:
 ServiceDep = Annotated[JobsService, Depends(_service)]
 
 
-def _param(request: Request, camel: str, snake: str) -> str | None:
-    params = request.query_params
-    return params.get(camel, params.get(snake))
-
-
 def _page_size(request: Request) -> int | None:
-    value = _param(request, "pageSize", "page_size")
+    value = query_param(request, "pageSize", "page_size")
     if value is None or value == "":
         return None
     try:
@@ -74,9 +71,9 @@ async def list_custom_jobs(request: Request, parent: ParentDep, service: Service
         parent.project,
         parent.location,
         _page_size(request),
-        _param(request, "pageToken", "page_token") or "",
+        query_param(request, "pageToken", "page_token") or "",
         request.query_params.get("filter", ""),
-        _param(request, "orderBy", "order_by") or "",
+        query_param(request, "orderBy", "order_by") or "",
     )
     return VertexResponse(page, request)
 

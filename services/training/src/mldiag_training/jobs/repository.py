@@ -11,6 +11,8 @@ from datetime import datetime
 
 import asyncpg
 
+from mldiag_platform.listing.filtering import Expr, OrderKey
+from mldiag_platform.listing.sql import keyset_sql, order_sql, where_sql
 from mldiag_platform.outbox import Outbox
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.jobs import (
@@ -21,7 +23,6 @@ from mldiag_schemas.jobs import (
     ReplicaState,
     RpcStatus,
 )
-from mldiag_training.filtering import Comparison, Expr, OrderKey, render_where
 
 _SELECT = (
     "job_id, project, location, display_name, labels, spec, state, error, create_time,"
@@ -37,6 +38,7 @@ _FIELD_COLUMNS = {
     "end_time": "end_time",
     "update_time": "update_time",
     "job_id": "job_id",
+    "labels": "labels",  # JSONB: filtered by key, never ordered
 }
 
 
@@ -75,51 +77,6 @@ def _replica_from(row: asyncpg.Record) -> Replica:
         start_time=row["start_time"],
         end_time=row["end_time"],
     )
-
-
-def _where(expr: Expr, params: list[object]) -> str:
-    return render_where(expr, lambda comparison: _comparison(comparison, params))
-
-
-def _comparison(expr: Comparison, params: list[object]) -> str:
-    if expr.field == "labels":
-        params.append(expr.key)
-        key = f"${len(params)}"
-        if expr.op == ":" and expr.value is None:
-            return f"(labels ? {key})"
-        column = f"(labels ->> {key})"
-    else:
-        column = _FIELD_COLUMNS[expr.field]
-        if expr.op == ":" and expr.value is None:
-            return f"({column} IS NOT NULL)"
-    params.append(expr.value)
-    placeholder = f"${len(params)}"
-    if expr.op == ":":
-        return f"(strpos({column}, {placeholder}) > 0)"
-    if expr.op == "!=":
-        # A missing label (or time) differs from any value.
-        return f"({column} IS DISTINCT FROM {placeholder})"
-    return f"({column} {expr.op} {placeholder})"
-
-
-def _order_sql(order: Sequence[OrderKey]) -> str:
-    return ", ".join(
-        f"{_FIELD_COLUMNS[key.field]} {'DESC' if key.descending else 'ASC'}" for key in order
-    )
-
-
-def _keyset(order: Sequence[OrderKey], after: Sequence[object], params: list[object]) -> str:
-    """Rows strictly after ``after`` in ``order``: (a > x) OR (a = x AND b > y) OR ..."""
-    ors = []
-    for depth, key in enumerate(order):
-        ands = []
-        for previous, value in zip(order[:depth], after[:depth], strict=True):
-            params.append(value)
-            ands.append(f"{_FIELD_COLUMNS[previous.field]} = ${len(params)}")
-        params.append(after[depth])
-        ands.append(f"{_FIELD_COLUMNS[key.field]} {'<' if key.descending else '>'} ${len(params)}")
-        ors.append("(" + " AND ".join(ands) + ")")
-    return "(" + " OR ".join(ors) + ")"
 
 
 class JobsRepository:
@@ -186,13 +143,13 @@ class JobsRepository:
         params: list[object] = [project, location]
         clauses = ["project = $1", "location = $2"]
         if where is not None:
-            clauses.append(_where(where, params))
+            clauses.append(where_sql(where, params, _FIELD_COLUMNS))
         if after is not None:
-            clauses.append(_keyset(order, after, params))
+            clauses.append(keyset_sql(order, after, params, _FIELD_COLUMNS))
         params.append(limit)
         rows = await self._pool.fetch(
             f"SELECT {_SELECT} FROM custom_jobs WHERE {' AND '.join(clauses)}"
-            f" ORDER BY {_order_sql(order)} LIMIT ${len(params)}",
+            f" ORDER BY {order_sql(order, _FIELD_COLUMNS)} LIMIT ${len(params)}",
             *params,
         )
         return [_job_from(row) for row in rows]

@@ -6,7 +6,6 @@ marks the job CANCELLING and hands it to the scheduler, which stops its replicas
 it CANCELLED. Only an ended job may be deleted.
 """
 
-import hashlib
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -15,6 +14,20 @@ from typing import Protocol
 
 import structlog
 
+from mldiag_platform.listing.filtering import (
+    FieldSpec,
+    Kind,
+    OrderKey,
+    field_table,
+    parse_filter,
+    parse_order_by,
+)
+from mldiag_platform.listing.paging import (
+    keyset_position,
+    keyset_token,
+    page_size,
+    query_digest,
+)
 from mldiag_platform.outbox import Flusher
 from mldiag_schemas.jobs import (
     DEFAULT_TIMEOUT_SECONDS,
@@ -26,15 +39,6 @@ from mldiag_schemas.jobs import (
     ListReplicasResponse,
 )
 from mldiag_schemas.replicas import CustomJobCreated, CustomJobStateChanged
-from mldiag_training.errors import InvalidPageToken
-from mldiag_training.filtering import (
-    FieldSpec,
-    Kind,
-    OrderKey,
-    field_table,
-    parse_filter,
-    parse_order_by,
-)
 from mldiag_training.jobs.errors import (
     CustomJobNotFound,
     InvalidCustomJob,
@@ -43,7 +47,6 @@ from mldiag_training.jobs.errors import (
 )
 from mldiag_training.jobs.repository import JobsRepository, job_name
 from mldiag_training.jobs.validation import MachineResolver, check_machines
-from mldiag_training.paging import decode_token, encode_token, page_size, token_text, token_time
 from mldiag_training.vertex import enum_name
 
 log = structlog.get_logger(__name__)
@@ -200,15 +203,13 @@ class JobsService:
         where = parse_filter(filter_text, FIELDS)
         order = parse_order_by(order_by, FIELDS) if order_by.strip() else list(DEFAULT_ORDER)
         order.append(OrderKey("job_id", descending=order[-1].descending))
-        query = hashlib.sha256(f"{filter_text}\0{order_by}".encode()).hexdigest()[:16]
-        after = _position(page_token, order, query) if page_token else None
+        query = query_digest(filter_text, order_by)
+        after = keyset_position(page_token, order, query, _TIMESTAMP_FIELDS) if page_token else None
         jobs = await self._repository.list_jobs(project, location, where, order, size + 1, after)
         token = ""
         if len(jobs) > size:
             jobs = jobs[:size]
-            values = [_order_value(jobs[-1], key.field) for key in order]
-            keys = [v.isoformat() if isinstance(v, datetime) else v for v in values]
-            token = encode_token({"k": keys, "q": query})
+            token = keyset_token([_order_value(jobs[-1], key.field) for key in order], query)
         return ListCustomJobsResponse(custom_jobs=jobs, next_page_token=token)
 
     async def cancel(self, project: str, location: str, job_id: str) -> None:
@@ -273,14 +274,3 @@ async def _nudge(call: Callable[[str], Awaitable[None]], job_id: str) -> None:
 def _not_found(project: str, location: str, job_id: str) -> CustomJobNotFound:
     name = job_name(project, location, job_id)
     return CustomJobNotFound(f"{name} not found", details=[{"resource": name}])
-
-
-def _position(token: str, order: list[OrderKey], query: str) -> list[object]:
-    fields = decode_token(token)
-    values = fields.get("k")
-    if fields.get("q") != query or not isinstance(values, list) or len(values) != len(order):
-        raise InvalidPageToken("the page token is not valid for this filter and orderBy")
-    return [
-        token_time(value) if key.field in _TIMESTAMP_FIELDS else token_text(value)
-        for key, value in zip(order, values, strict=True)
-    ]
