@@ -34,6 +34,7 @@ import structlog
 
 from mldiag_executor import attempts
 from mldiag_executor.backends.base import BackendName, PreparedLaunch, ReplicaExit
+from mldiag_executor.backends.processes import exit_status, signal_group, tail
 from mldiag_executor.errors import Rejected, SetupFailed
 from mldiag_executor.launch import (
     LaunchConfig,
@@ -53,8 +54,6 @@ POLL_SECONDS = 0.2
 """How often attempts are checked for their end."""
 DRAIN_SECONDS = 15.0
 """How long a launcher may flush telemetry after its program ended before it is killed."""
-MESSAGE_CHARS = 4000
-"""How much of stderr's tail an exit carries."""
 LAUNCHER = ("cli", "replica_launcher.py")
 """The SDK's replica launcher (``mldiag.cli.replica_launcher``), run by its file's path: the
 program starts before the SDK is imported (``-m`` would import the whole package first)."""
@@ -97,11 +96,6 @@ def discover_gpus(module: Any = None) -> tuple[str, int]:
         return "", 0
 
 
-def exit_status(returncode: int) -> int:
-    """A ``Popen.returncode`` as a shell's status (128 + n for signal n)."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
 def group_members(pgid: int) -> list[psutil.Process]:
     """The live (not zombie) processes of process group ``pgid``."""
     members = []
@@ -112,21 +106,6 @@ def group_members(pgid: int) -> list[psutil.Process]:
         except (ProcessLookupError, psutil.Error):
             continue
     return members
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
-def _tail(path: Path, limit: int = MESSAGE_CHARS) -> str:
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(handle.tell() - limit, 0))
-            return handle.read().decode("utf-8", "replace").strip()[-limit:]
-    except OSError:
-        return ""
 
 
 @dataclass
@@ -312,7 +291,7 @@ class LocalBackend:
         if attempt is None:
             return
         if attempt.drain_until is not None:  # its end is reported: only the launcher is left
-            _signal_group(attempt.pid, signal.SIGKILL)
+            signal_group(attempt.pid, signal.SIGKILL)
             return
         if attempt.stopping is None:
             attempt.stop_reason = reason
@@ -324,7 +303,7 @@ class LocalBackend:
         record = {"reason": attempt.stop_reason, "at": datetime.now(UTC).isoformat()}
         await asyncio.to_thread(attempts.write_record, attempt.directory, attempts.STOP, record)
         pgid = attempt.pid
-        _signal_group(pgid, signal.SIGTERM)
+        signal_group(pgid, signal.SIGTERM)
         deadline = time.monotonic() + grace_seconds
         while time.monotonic() < deadline:
             await asyncio.sleep(min(POLL_SECONDS, grace_seconds))
@@ -332,7 +311,7 @@ class LocalBackend:
                 attempt.process.poll()  # reap the launcher, else it stays a member
             if not await asyncio.to_thread(group_members, pgid):
                 break
-        _signal_group(pgid, signal.SIGKILL)
+        signal_group(pgid, signal.SIGKILL)
         while await asyncio.to_thread(group_members, pgid):
             await asyncio.sleep(0.05)
             if attempt.process is not None:
@@ -362,7 +341,7 @@ class LocalBackend:
         alive = attempt.alive()
         if attempt.drain_until is not None:  # reported; its launcher is flushing telemetry
             if not alive or time.monotonic() >= attempt.drain_until:
-                _signal_group(attempt.pid, signal.SIGKILL)
+                signal_group(attempt.pid, signal.SIGKILL)
                 self._live.pop(attempt.key, None)
             return
         program_ended = await asyncio.to_thread((attempt.directory / attempts.EXIT).exists)
@@ -384,7 +363,7 @@ class LocalBackend:
             attempt.drain_until = time.monotonic() + DRAIN_SECONDS
         else:
             # The launcher is gone: whatever it left behind in its group goes too.
-            _signal_group(attempt.pid, signal.SIGKILL)
+            signal_group(attempt.pid, signal.SIGKILL)
             self._live.pop(attempt.key, None)
         await self._report(attempt)
 
@@ -426,7 +405,7 @@ class LocalBackend:
             reason = "lost"
             message = "the launcher ended without writing its exit record"
         if record is None:
-            message = (message + "\n" + _tail(attempt.log_dir / "stderr.log")).strip()
+            message = (message + "\n" + tail(attempt.log_dir / "stderr.log")).strip()
         return ReplicaExit(attempt.key, reason, exit_code, message[-8000:], ended_at)
 
     async def _upload_logs(self, attempt: _Attempt) -> None:
@@ -472,7 +451,7 @@ class LocalBackend:
                     attempt.stopping = asyncio.create_task(self._terminate(attempt, 1.0))
                 log.info("executor.replica.adopted", job=attempt.key.job_id, pid=attempt.pid)
             else:
-                _signal_group(attempt.pid, signal.SIGKILL)
+                signal_group(attempt.pid, signal.SIGKILL)
                 await self._report(attempt)
         return adopted
 

@@ -2,11 +2,11 @@
 process group, its logs, its deadline, its exit.
 
 Ray workers import this module to rebuild the actor's class, so it imports only the
-standard library: a worker needs nothing of the executor but this file.
+standard library (and ``processes``, which does too): a worker needs nothing of the
+executor but these files.
 """
 
 import asyncio
-import contextlib
 import importlib
 import json
 import os
@@ -17,8 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-MESSAGE_CHARS = 4000
-"""How much of stderr's tail an exit carries."""
+from mldiag_executor.backends.processes import exit_status, signal_group, tail
 
 
 class ReplicaProcess:
@@ -102,7 +101,7 @@ class ReplicaProcess:
             await asyncio.sleep(0.1)
         if self._stopping is not None:
             await self._stopping
-        _signal_group(process.pid, signal.SIGKILL)  # what it left behind in its group
+        signal_group(process.pid, signal.SIGKILL)  # what it left behind in its group
         return self._exit(process)
 
     async def terminate(self, grace_seconds: float, reason: str = "stopped") -> None:
@@ -116,19 +115,19 @@ class ReplicaProcess:
         await asyncio.shield(self._stopping)
 
     async def _terminate(self, process: subprocess.Popen[bytes], grace_seconds: float) -> None:
-        _signal_group(process.pid, signal.SIGTERM)
+        signal_group(process.pid, signal.SIGTERM)
         until = time.monotonic() + grace_seconds
         # A child process has no awaitable end here: poll it.
         while process.poll() is None and time.monotonic() < until:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
-        _signal_group(process.pid, signal.SIGKILL)
+        signal_group(process.pid, signal.SIGKILL)
         while process.poll() is None:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
 
     def _exit(self, process: subprocess.Popen[bytes]) -> dict[str, Any]:
         record = _read_json(Path(self._spec["exit_file"]))
         returncode = process.returncode
-        exit_code = 128 - returncode if returncode < 0 else returncode
+        exit_code = exit_status(returncode)
         message = ""
         ended_at = datetime.now(UTC).isoformat()
         if record is not None:
@@ -136,28 +135,13 @@ class ReplicaProcess:
             message = str(record.get("message") or "")
             ended_at = str(record.get("ended_at") or ended_at)
         else:
-            message = _tail(Path(self._spec["log_dir"]) / "stderr.log")
+            message = tail(Path(self._spec["log_dir"]) / "stderr.log")
         return {
             "exit_code": exit_code,
             "message": message,
             "ended_at": ended_at,
             "stop_reason": self._stop_reason,
         }
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
-def _tail(path: Path, limit: int = MESSAGE_CHARS) -> str:
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(handle.tell() - limit, 0))
-            return handle.read().decode("utf-8", "replace").strip()[-limit:]
-    except OSError:
-        return ""
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
