@@ -248,6 +248,8 @@ class Harness:
         )
         if nudge:
             await self.scheduler.job_created(job_id)
+            if run_ready:  # as run_created would: a job whose run exists is placed now
+                await self.scheduler.reconcile()
         return job_id
 
     async def request_cancel(self, job_id: str) -> None:

@@ -213,9 +213,10 @@ class Scheduler:
             )
 
     async def job_created(self, job_id: str) -> None:
-        """The API committed a new job: place it now if it can be (the tick would too)."""
+        """The API committed a new job. Nothing to do yet: a job is placed once its run
+        exists (:meth:`run_created` reconciles then), so a pass here would only make every
+        create wait for one over all active jobs."""
         log.debug("scheduler.nudge", job_id=job_id, why="created")
-        await self.reconcile()
 
     async def cancel_requested(self, job_id: str) -> None:
         """The API committed a cancel: stop the job's replicas now (the tick would too)."""
