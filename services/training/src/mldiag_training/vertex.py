@@ -90,7 +90,12 @@ def canonical_code(status: int, code: str) -> str:
     """The google.rpc.Code name for an mldiag error ``code`` answered with ``status``."""
     for kind in _error_classes():
         if kind.code == code:
-            return next(_CANONICAL[base] for base in kind.__mro__ if base in _CANONICAL)
+            canonical = next(_CANONICAL[base] for base in kind.__mro__ if base in _CANONICAL)
+            # A class straight under MldiagError names no canonical code of its own (another
+            # package's 405, say, when several are loaded): its status says more.
+            if canonical != "INTERNAL" or status >= 500:
+                return canonical
+            break
     if code == MldiagError.code:
         return "INTERNAL"
     return _CANONICAL_BY_STATUS.get(status, "INTERNAL" if status >= 500 else "UNKNOWN")
