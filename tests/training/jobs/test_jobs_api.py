@@ -399,9 +399,6 @@ class LateScheduler:
     async def refuse_unfittable(self, spec: CustomJobSpec) -> None:
         del spec
 
-    async def job_created(self, job_id: str) -> None:
-        raise RuntimeError(f"scheduler busy with {job_id}")
-
     async def cancel_requested(self, job_id: str) -> None:
         raise RuntimeError(f"scheduler busy with {job_id}")
 

@@ -229,7 +229,7 @@ class Harness:
         nudge: bool = True,
         created: datetime | None = None,
     ) -> str:
-        """Insert a QUEUED job as the jobs room does, and nudge the scheduler."""
+        """Insert a QUEUED job as the jobs room does; with its run ready, reconcile at once."""
         job_id = str(random.randrange(10**17, 10**18))
         now = created or datetime.now(UTC)
         spec: dict[str, Any] = {"workerPoolSpecs": pools}
@@ -246,10 +246,8 @@ class Harness:
             now + timeout,
             now,
         )
-        if nudge:
-            await self.scheduler.job_created(job_id)
-            if run_ready:  # as run_created would: a job whose run exists is placed now
-                await self.scheduler.reconcile()
+        if nudge and run_ready:  # as run_created would: a job whose run exists is placed
+            await self.scheduler.reconcile()
         return job_id
 
     async def request_cancel(self, job_id: str) -> None:

@@ -69,10 +69,6 @@ class SchedulerHooks(Protocol):
         """Raise FAILED_PRECONDITION for a job no executor seen lately could ever fit."""
         ...
 
-    async def job_created(self, job_id: str) -> None:
-        """A job was committed QUEUED (its ``CustomJobCreated`` is on its way)."""
-        ...
-
     async def cancel_requested(self, job_id: str) -> None:
         """A job was marked CANCELLING: stop its replicas."""
         ...
@@ -177,8 +173,9 @@ class JobsService:
                 break
         else:  # pragma: no cover - 1000 ids per microsecond would have to collide
             raise RuntimeError("no free job id after several attempts")
+        # No nudge: the scheduler places a job once its run exists (run-registry's
+        # RunCreated, which this flush sets off), not before.
         await self._flusher.flush()
-        await _nudge(self._scheduler.job_created, job_id)
         return job
 
     async def get(self, project: str, location: str, job_id: str) -> CustomJob:

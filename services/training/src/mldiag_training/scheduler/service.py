@@ -212,12 +212,6 @@ class Scheduler:
                 details=[{"field": "jobSpec.workerPoolSpecs", "problem": "gang never fits"}],
             )
 
-    async def job_created(self, job_id: str) -> None:
-        """The API committed a new job. Nothing to do yet: a job is placed once its run
-        exists (:meth:`run_created` reconciles then), so a pass here would only make every
-        create wait for one over all active jobs."""
-        log.debug("scheduler.nudge", job_id=job_id, why="created")
-
     async def cancel_requested(self, job_id: str) -> None:
         """The API committed a cancel: stop the job's replicas now (the tick would too)."""
         log.debug("scheduler.nudge", job_id=job_id, why="cancel")
@@ -260,18 +254,12 @@ class Scheduler:
         key = fact.replica
         async with self._lock, self._repository.unit() as unit:
             now = self._clock()
-            job = await self._load(unit, key.job_id)
-            current = job.replicas.get((key.pool, key.index)) if job else None
-            if (
-                job is None
-                or current is None
-                or current.attempt != key.attempt
-                or current.executor_id != fact.executor_id
-                or current.state not in LIVE
-            ):
+            found = await self._current(unit, key, fact.executor_id)
+            if found is None:
                 await unit.stage([self._stop_message(fact.executor_id, key, "superseded")])
                 log.info("scheduler.stale_start", **_log_key(key))
             else:
+                job, current = found
                 if current.state == ReplicaState.PENDING:
                     current = replace(
                         current,
@@ -292,15 +280,9 @@ class Scheduler:
         key = fact.replica
         async with self._lock, self._repository.unit() as unit:
             now = self._clock()
-            job = await self._load(unit, key.job_id)
-            current = job.replicas.get((key.pool, key.index)) if job else None
-            if (
-                job is not None
-                and current is not None
-                and current.attempt == key.attempt
-                and current.executor_id == fact.executor_id
-                and current.state in LIVE
-            ):
+            found = await self._current(unit, key, fact.executor_id)
+            if found is not None:
+                job, current = found
                 log.info(
                     "scheduler.replica_exited",
                     **_log_key(key),
@@ -737,6 +719,23 @@ class Scheduler:
     async def _save(self, unit: SchedulerUnit, job: _Job, replica: ReplicaRow) -> None:
         await unit.save_replica(replica)
         job.replicas[(replica.pool, replica.index)] = replica
+
+    async def _current(
+        self, unit: SchedulerUnit, key: ReplicaKey, executor_id: str
+    ) -> tuple[_Job, ReplicaRow] | None:
+        """The job and replica a fact is about, if it names the live attempt the scheduler
+        placed on that executor; None for any other (stale, superseded, unknown)."""
+        job = await self._load(unit, key.job_id)
+        current = job.replicas.get((key.pool, key.index)) if job else None
+        if (
+            job is None
+            or current is None
+            or current.attempt != key.attempt
+            or current.executor_id != executor_id
+            or current.state not in LIVE
+        ):
+            return None
+        return job, current
 
     async def _load(self, unit: SchedulerUnit, job_id: str) -> _Job | None:
         row = await unit.job(job_id)
