@@ -15,6 +15,7 @@ few seconds and at the end (GCS).
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import importlib.util
 import os
@@ -479,18 +480,24 @@ def launcher_argv(replica_name: str, exit_file: Path) -> list[str]:
     """The SDK's replica launcher, run by its path with this interpreter (which has the
     SDK), before ``-- <program>``: ``mldiag run --replica NAME --exit-file PATH`` that starts
     the program before importing the SDK (see ``mldiag.cli.replica_launcher``)."""
-    # find_spec of a top-level package finds it without importing it
-    spec = importlib.util.find_spec("mldiag")
-    if spec is None or spec.origin is None:
-        raise SetupFailed("the SDK (its replica launcher) is not installed")
     return [
         sys.executable,
-        str(Path(spec.origin).parent.joinpath(*LAUNCHER)),
+        str(_launcher_script()),
         "--replica",
         replica_name,
         "--exit-file",
         str(exit_file),
     ]
+
+
+@functools.cache
+def _launcher_script() -> Path:
+    # Looked up once, not on every replica's start; find_spec of a top-level package finds
+    # it without importing it.
+    spec = importlib.util.find_spec("mldiag")
+    if spec is None or spec.origin is None:
+        raise SetupFailed("the SDK (its replica launcher) is not installed")
+    return Path(spec.origin).parent.joinpath(*LAUNCHER)
 
 
 def _record_of(attempt: _Attempt) -> dict[str, Any]:
