@@ -196,12 +196,28 @@ def _stop_groups(groups: list[int]) -> None:
             time.sleep(2)
 
 
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[RayCluster]:
-    """A head on 127.0.0.2 and a second node on 127.0.0.3, one CPU each."""
-    pytest.importorskip("ray")
-    # Unix socket paths are short: a temp dir of our own right under /tmp.
-    root = Path(tempfile.mkdtemp(prefix="mldiag-ray-", dir="/tmp"))
+CLUSTER_ATTEMPTS = 3
+"""Ray's node agents sometimes die seconds after `ray start` said the node is up (a
+runtime-env agent exiting, and its raylet with it): the cluster is checked and started
+afresh, so a test never meets a cluster that lost a node before it began."""
+
+
+def _alive_nodes(gcs: str) -> int:
+    """How many nodes the cluster at ``gcs`` counts alive (asked from a fresh driver)."""
+    probe = "import ray; ray.init(address={!r}); print(sum(n['Alive'] for n in ray.nodes()))"
+    done = subprocess.run(  # fixed argument list
+        [sys.executable, "-c", probe.format(gcs)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, **RAY_ENV},
+    )
+    lines = done.stdout.strip().splitlines()
+    return int(lines[-1]) if done.returncode == 0 and lines and lines[-1].isdigit() else 0
+
+
+def _start_cluster(root: Path) -> RayCluster:
     groups: list[int] = []
     gcs = f"{HEAD_IP}:{free_port()}"
     try:
@@ -221,9 +237,41 @@ def ray_cluster() -> Iterator[RayCluster]:
         groups.append(
             _ray_start([f"--address={gcs}", f"--node-ip-address={SECOND_IP}"], root / "second")
         )
-        yield RayCluster(gcs, groups)
-    finally:
+    except BaseException:
         _stop_groups(groups)
+        raise
+    return RayCluster(gcs, groups)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[RayCluster]:
+    """A head on 127.0.0.2 and a second node on 127.0.0.3, one CPU each."""
+    pytest.importorskip("ray")
+    # Unix socket paths are short: a temp dir of our own right under /tmp.
+    root = Path(tempfile.mkdtemp(prefix="mldiag-ray-", dir="/tmp"))
+    cluster = None
+    try:
+        failures: list[str] = []
+        for attempt in range(CLUSTER_ATTEMPTS):
+            try:
+                cluster = _start_cluster(root / f"attempt-{attempt}")
+            except pytest.fail.Exception as failed:  # `ray start` itself failed
+                failures.append(str(failed))
+                continue
+            time.sleep(5)  # past the moment a dying agent takes its raylet down
+            if _alive_nodes(cluster.address) == 2:
+                break
+            failures.append("a node died after `ray start`")
+            _stop_groups(cluster.groups)
+            cluster = None
+        if cluster is None:
+            pytest.fail(
+                f"no healthy two-node Ray cluster in {CLUSTER_ATTEMPTS} attempts: {failures}"
+            )
+        yield cluster
+    finally:
+        if cluster is not None:
+            _stop_groups(cluster.groups)
         shutil.rmtree(root, ignore_errors=True)
 
 
