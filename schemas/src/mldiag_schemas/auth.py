@@ -49,6 +49,21 @@ class Permission(enum.StrEnum):
     CUSTOM_JOBS_LIST = "customJobs.list"
     CUSTOM_JOBS_CANCEL = "customJobs.cancel"
     CUSTOM_JOBS_DELETE = "customJobs.delete"
+    TUNING_JOBS_CREATE = "hyperparameterTuningJobs.create"
+    TUNING_JOBS_GET = "hyperparameterTuningJobs.get"
+    TUNING_JOBS_LIST = "hyperparameterTuningJobs.list"
+    TUNING_JOBS_CANCEL = "hyperparameterTuningJobs.cancel"
+    TUNING_JOBS_DELETE = "hyperparameterTuningJobs.delete"
+    PIPELINES_CREATE = "trainingPipelines.create"
+    PIPELINES_GET = "trainingPipelines.get"
+    PIPELINES_LIST = "trainingPipelines.list"
+    PIPELINES_CANCEL = "trainingPipelines.cancel"
+    PIPELINES_DELETE = "trainingPipelines.delete"
+    MODELS_UPLOAD = "models.upload"
+    MODELS_GET = "models.get"
+    MODELS_LIST = "models.list"
+    MODELS_UPDATE = "models.update"
+    MODELS_DELETE = "models.delete"
 
 
 class Role(enum.StrEnum):
@@ -79,6 +94,12 @@ _VIEWER = frozenset(
         Permission.XPROF_CREATE,
         Permission.CUSTOM_JOBS_GET,
         Permission.CUSTOM_JOBS_LIST,
+        Permission.TUNING_JOBS_GET,
+        Permission.TUNING_JOBS_LIST,
+        Permission.PIPELINES_GET,
+        Permission.PIPELINES_LIST,
+        Permission.MODELS_GET,
+        Permission.MODELS_LIST,
     }
 )
 _EDITOR = _VIEWER | {
@@ -101,6 +122,15 @@ _EDITOR = _VIEWER | {
     Permission.CUSTOM_JOBS_CREATE,
     Permission.CUSTOM_JOBS_CANCEL,
     Permission.CUSTOM_JOBS_DELETE,
+    Permission.TUNING_JOBS_CREATE,
+    Permission.TUNING_JOBS_CANCEL,
+    Permission.TUNING_JOBS_DELETE,
+    Permission.PIPELINES_CREATE,
+    Permission.PIPELINES_CANCEL,
+    Permission.PIPELINES_DELETE,
+    Permission.MODELS_UPLOAD,
+    Permission.MODELS_UPDATE,
+    Permission.MODELS_DELETE,
 }
 _ADMIN = _EDITOR | {Permission.TOKENS_CREATE, Permission.TOKENS_LIST, Permission.TOKENS_DELETE}
 

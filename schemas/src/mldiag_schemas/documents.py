@@ -65,6 +65,7 @@ from mldiag_schemas.telemetry import (
     WriteMetricsRequest,
     WriteMetricsResponse,
 )
+from mldiag_schemas.tuning import HyperparameterTuningJob, ListHyperparameterTuningJobsResponse
 
 RESOURCE_TYPES: tuple[type[BaseModel], ...] = (
     CreateRunRequest,
@@ -114,6 +115,8 @@ RESOURCE_TYPES: tuple[type[BaseModel], ...] = (
     CustomJob,
     ListCustomJobsResponse,
     ListReplicasResponse,
+    HyperparameterTuningJob,
+    ListHyperparameterTuningJobsResponse,
     VertexErrorBody,
     UploadedPackage,
     ListJobLogsResponse,

@@ -150,8 +150,10 @@ ENUM_FIELDS: dict[str, type[enum.StrEnum]] = {
 """The camelCase JSON keys whose values are one of the enums above, in a CustomJob."""
 
 
-def _enum_from_number(kind: type[enum.StrEnum]) -> Any:
-    names = {number: name for name, number in ENUM_NUMBERS[kind].items()}
+def enum_from_number(kind: type[enum.StrEnum], numbers: dict[str, int] | None = None) -> Any:
+    """A validator accepting ``kind``'s proto number (from ``numbers``, by default its row of
+    :data:`ENUM_NUMBERS`) where its name is expected."""
+    names = {number: name for name, number in (numbers or ENUM_NUMBERS[kind]).items()}
 
     def parse(value: Any) -> Any:
         if isinstance(value, bool):
@@ -257,7 +259,7 @@ class MachineSpec(Contract):
     machine_type: str = Field(
         default="", max_length=100, description="A machine type of the machine table."
     )
-    accelerator_type: Annotated[AcceleratorType, _enum_from_number(AcceleratorType)] = Field(
+    accelerator_type: Annotated[AcceleratorType, enum_from_number(AcceleratorType)] = Field(
         default=AcceleratorType.UNSPECIFIED, description="The accelerator, if any."
     )
     accelerator_count: int = Field(
@@ -307,7 +309,7 @@ class Scheduling(Contract):
     restart_job_on_worker_restart: bool = Field(
         default=False, description="Restart every replica when any one restarts."
     )
-    strategy: Annotated[Strategy, _enum_from_number(Strategy)] = Field(
+    strategy: Annotated[Strategy, enum_from_number(Strategy)] = Field(
         default=Strategy.UNSPECIFIED, description="STANDARD or SPOT (others are refused)."
     )
     disable_retries: bool = Field(default=False, description="Never restart a failed replica.")
@@ -407,7 +409,7 @@ class CustomJob(Contract):
     )
     display_name: str = Field(min_length=1, max_length=128, description="A name for people.")
     job_spec: CustomJobSpec = Field(description="What to run.")
-    state: Annotated[JobState, _enum_from_number(JobState)] = Field(
+    state: Annotated[JobState, enum_from_number(JobState)] = Field(
         default=JobState.UNSPECIFIED, description="Output: where the job is."
     )
     create_time: datetime | None = Field(default=None, description="Output: created.")

@@ -40,6 +40,7 @@ from mldiag_schemas.telemetry import (
     RunHeartbeat,
     WorkloadSignalReported,
 )
+from mldiag_schemas.tuning import TrialEnded, TuningJobCreated, TuningJobStateChanged
 
 BusMessage = Annotated[
     MetricPointsReceived
@@ -68,7 +69,10 @@ BusMessage = Annotated[
     | StopReplica
     | ReplicaStarted
     | ReplicaExited
-    | ExecutorAnnounced,
+    | ExecutorAnnounced
+    | TuningJobCreated
+    | TuningJobStateChanged
+    | TrialEnded,
     Field(discriminator="type"),
 ]
 """Any message on the bus, discriminated by ``type``."""
@@ -101,6 +105,9 @@ MESSAGE_TYPES: tuple[type[Envelope], ...] = (
     ReplicaStarted,
     ReplicaExited,
     ExecutorAnnounced,
+    TuningJobCreated,
+    TuningJobStateChanged,
+    TrialEnded,
 )
 """The message classes, in documentation order."""
 
@@ -132,6 +139,9 @@ SUBJECT_OF: dict[type[Envelope], str] = {
     ReplicaStarted: bus.REPLICA_STARTED,
     ReplicaExited: bus.REPLICA_EXITED,
     ExecutorAnnounced: bus.EXECUTOR_ANNOUNCED,
+    TuningJobCreated: bus.TUNING_JOB_CREATED,
+    TuningJobStateChanged: bus.TUNING_JOB_STATE_CHANGED,
+    TrialEnded: bus.TRIAL_ENDED,
 }
 """Base subject (before namespace and run token) of each message class."""
 

@@ -25,6 +25,7 @@ from mldiag_schemas.jobs import (
     JobState,
     RpcStatus,
 )
+from mldiag_schemas.tuning import TrialOfJob
 
 ExecutorId = RunId
 """An executor's id: a resource id (it is a subject token and a durable name's suffix)."""
@@ -204,6 +205,9 @@ class CustomJobCreated(Envelope):
     job: CustomJob = Field(description="The job as created.")
     run_set: str = Field(
         default="training-jobs", description="The run set (jobSpec.experiment, or the default)."
+    )
+    trial: TrialOfJob | None = Field(
+        default=None, description="Set when the job is a trial of a tuning job."
     )
 
     def partition(self) -> str:

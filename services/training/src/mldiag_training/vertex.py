@@ -144,38 +144,44 @@ def wants_enum_numbers(request: Request) -> bool:
     return False
 
 
-_NUMBERS_BY_FIELD: dict[str, dict[str, int]] = {
+EnumFields = dict[str, dict[str, int]]
+"""The camelCase keys of a resource's JSON that hold an enum, each with its names' numbers."""
+
+CUSTOM_JOB_ENUM_FIELDS: EnumFields = {
     field: ENUM_NUMBERS[kind] for field, kind in ENUM_FIELDS.items()
 }
 
 
-def enums_as_numbers(document: Any) -> Any:
+def enums_as_numbers(document: Any, fields: EnumFields = CUSTOM_JOB_ENUM_FIELDS) -> Any:
     """``document`` (proto3 JSON) with every Vertex enum name turned into its number.
 
-    Only the keys of :data:`ENUM_FIELDS` holding one of their enum's names change, so a
-    ``state`` that is not a Vertex enum (a replica's) is left alone.
+    Only the keys of ``fields`` holding one of their enum's names change, so a ``state``
+    that is not a Vertex enum (a replica's) is left alone.
     """
     if isinstance(document, dict):
         converted: dict[str, Any] = {}
         for key, value in document.items():
-            numbers = _NUMBERS_BY_FIELD.get(key)
+            numbers = fields.get(key)
             if numbers is not None and isinstance(value, str) and value in numbers:
                 converted[key] = numbers[value]
             else:
-                converted[key] = enums_as_numbers(value)
+                converted[key] = enums_as_numbers(value, fields)
         return converted
     if isinstance(document, list):
-        return [enums_as_numbers(item) for item in document]
+        return [enums_as_numbers(item, fields) for item in document]
     return document
 
 
-def encode(model: BaseModel, *, enum_numbers: bool) -> bytes:
+def encode(
+    model: BaseModel, *, enum_numbers: bool, fields: EnumFields = CUSTOM_JOB_ENUM_FIELDS
+) -> bytes:
     """A contract model as proto3 JSON: unset (None) fields left out, as Google's APIs
-    leave out unset message fields; its enums as numbers if ``enum_numbers``."""
+    leave out unset message fields; its enums (the keys of ``fields``) as numbers if
+    ``enum_numbers``."""
     if not enum_numbers:
         return model.model_dump_json(exclude_none=True).encode()
     document = model.model_dump(mode="json", exclude_none=True)
-    return pydantic_core.to_json(enums_as_numbers(document))
+    return pydantic_core.to_json(enums_as_numbers(document, fields))
 
 
 class VertexResponse(Response):
@@ -183,21 +189,30 @@ class VertexResponse(Response):
 
     media_type = "application/json"
 
-    def __init__(self, content: BaseModel, request: Request, status_code: int = 200) -> None:
+    def __init__(
+        self,
+        content: BaseModel,
+        request: Request,
+        status_code: int = 200,
+        fields: EnumFields = CUSTOM_JOB_ENUM_FIELDS,
+    ) -> None:
         self._enum_numbers = wants_enum_numbers(request)
+        self._fields = fields
         super().__init__(content, status_code=status_code)
 
     def render(self, content: Any) -> bytes:
         """Serialise the contract model."""
         if not isinstance(content, BaseModel):
             raise TypeError(f"VertexResponse needs a pydantic model, got {type(content)!r}")
-        return encode(content, enum_numbers=self._enum_numbers)
+        return encode(content, enum_numbers=self._enum_numbers, fields=self._fields)
 
 
-def enum_name(kind: type[enum.StrEnum], value: str | int) -> str:
-    """An enum's name from its name or proto number (for query parameters and filters);
-    raises ``ValueError`` for anything else."""
-    numbers = ENUM_NUMBERS[kind]
+def enum_name(
+    kind: type[enum.StrEnum], value: str | int, numbers: dict[str, int] | None = None
+) -> str:
+    """An enum's name from its name or proto number (``numbers``: by default its row of
+    ``ENUM_NUMBERS``), for query parameters and filters; raises ``ValueError`` otherwise."""
+    numbers = numbers or ENUM_NUMBERS[kind]
     if isinstance(value, int) or value.isdigit():
         names = {number: name for name, number in numbers.items()}
         if int(value) in names:
