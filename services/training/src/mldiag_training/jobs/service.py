@@ -39,6 +39,7 @@ from mldiag_schemas.jobs import (
     ListReplicasResponse,
 )
 from mldiag_schemas.replicas import CustomJobCreated, CustomJobStateChanged
+from mldiag_schemas.tuning import TrialOfJob
 from mldiag_training.jobs.errors import (
     CustomJobNotFound,
     InvalidCustomJob,
@@ -131,15 +132,33 @@ class JobsService:
         self._scheduler = scheduler
         self._machines = machines
 
-    async def create(self, project: str, location: str, body: CustomJob) -> CustomJob:
+    async def create(
+        self,
+        project: str,
+        location: str,
+        body: CustomJob,
+        *,
+        job_id: str | None = None,
+        run_set: str | None = None,
+        trial: TrialOfJob | None = None,
+    ) -> CustomJob:
         """Store ``body`` (validated by :func:`validation.parse_custom_job`) as a new QUEUED
-        job, announce it, tell the scheduler; answers the job as stored."""
+        job, announce it, tell the scheduler; answers the job as stored.
+
+        With ``job_id`` (chosen up front by a caller that must create the job exactly once:
+        a tuning trial, a pipeline's task) the create is idempotent: if that job exists it
+        is answered unchanged and nothing is announced again. ``run_set`` overrides the run
+        set of the job's run; ``trial`` marks it as a trial of a tuning job."""
+        if job_id is not None:
+            existing = await self._repository.get(project, location, job_id)
+            if existing is not None:
+                return existing
         spec = body.job_spec
         check_machines(spec, self._machines)
         await self._scheduler.refuse_unfittable(spec)
         timeout = spec.scheduling.timeout if spec.scheduling else None
-        for _ in range(_MAX_ID_ATTEMPTS):
-            job_id = new_job_id()
+        for _ in range(1 if job_id is not None else _MAX_ID_ATTEMPTS):
+            chosen = job_id if job_id is not None else new_job_id()
             now = datetime.now(UTC)
             try:
                 deadline = now + timedelta(seconds=timeout or DEFAULT_TIMEOUT_SECONDS)
@@ -151,7 +170,7 @@ class JobsService:
                 ) from None
             job = body.model_copy(
                 update={
-                    "name": job_name(project, location, job_id),
+                    "name": job_name(project, location, chosen),
                     "state": JobState.QUEUED,
                     "create_time": now,
                     "update_time": now,
@@ -162,15 +181,21 @@ class JobsService:
                 }
             )
             created = CustomJobCreated(
-                job_id=job_id,
+                job_id=chosen,
                 project=project,
                 location=location,
                 job=job,
-                run_set=spec.experiment or DEFAULT_RUN_SET,
+                run_set=run_set or spec.experiment or DEFAULT_RUN_SET,
+                trial=trial,
                 occurred_at=now,
             )
-            if await self._repository.insert(project, location, job, job_id, deadline, created):
+            if await self._repository.insert(project, location, job, chosen, deadline, created):
                 break
+            if job_id is not None:  # created meanwhile by a racing caller: answer theirs
+                existing = await self._repository.get(project, location, job_id)
+                if existing is not None:
+                    return existing
+                raise RuntimeError(f"job {job_id} exists in another project or location")
         else:  # pragma: no cover - 1000 ids per microsecond would have to collide
             raise RuntimeError("no free job id after several attempts")
         # No nudge: the scheduler places a job once its run exists (run-registry's
