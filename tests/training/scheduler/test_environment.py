@@ -77,6 +77,26 @@ def test_tf_config_leaves_the_evaluator_out_of_the_cluster() -> None:
     assert "evaluator" not in evaluator["cluster"]
 
 
+def test_a_trials_task_carries_its_trial_id_as_vertex_does() -> None:
+    dumped = SPEC.model_dump(by_alias=True, exclude_none=True)
+    for pool in dumped["workerPoolSpecs"]:
+        if "containerSpec" in pool:
+            pool["containerSpec"].setdefault("env", []).append(
+                {"name": "CLOUD_ML_TRIAL_ID", "value": "3"}
+            )
+    trial = CustomJobSpec.model_validate(dumped)
+    chief, worker = _env(0, 0, trial), _env(1, 1, trial)
+    assert json.loads(chief["TF_CONFIG"])["task"] == {"type": "chief", "index": 0, "trial": "3"}
+    assert json.loads(worker["CLUSTER_SPEC"])["task"] == {
+        "type": "workerpool1",
+        "index": 1,
+        "trial": "3",
+    }
+    assert worker["CLOUD_ML_TRIAL_ID"] == "3"
+    # a plain custom job's task names no trial
+    assert "trial" not in json.loads(_env(0, 0)["TF_CONFIG"])["task"]
+
+
 def test_ranks_world_and_coordinator() -> None:
     worker = _env(1, 1)
     assert worker["MASTER_ADDR"] == "h0"

@@ -4,7 +4,8 @@ mldiag's SDK needs to attach to the job's run.
 - ``CLUSTER_SPEC``: ``{"cluster": {"workerpool0": ["host:port"], ...}, "environment":
   "cloud", "task": {"type": "workerpool1", "index": 0}, "job": <the CustomJobSpec>}``. The
   job is the spec as a dict with proto field names (snake_case, int64 as strings, enums by
-  name), as Google's services write protos into TF_CONFIG.
+  name), as Google's services write protos into TF_CONFIG. A tuning job's trial (its pool's
+  env has ``CLOUD_ML_TRIAL_ID``) adds ``"trial": "<id>"`` to the task, as Vertex does.
 - ``TF_CONFIG``: the same cluster under TensorFlow's names (``chief``, ``worker``, ``ps``);
   the evaluator is not in the cluster but is a task type.
 - ``MASTER_ADDR``/``MASTER_PORT`` (the chief), ``WORLD_SIZE`` (pools 0-2), ``RANK`` (chief 0,
@@ -39,6 +40,9 @@ _REFERENCE = re.compile(r"\$\$\(([A-Za-z_][A-Za-z0-9_]*)\)|\$\(([A-Za-z_][A-Za-z
 
 CLUSTER_POOLS = 3
 """Pools 0-2 (chief, workers, parameter servers) form the world; evaluators are outside."""
+
+TRIAL_ID_ENV = "CLOUD_ML_TRIAL_ID"
+"""Set in every pool's env of a tuning job's trial (by the tuning controller)."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,7 @@ def cluster_spec(spec: CustomJobSpec, place: ReplicaPlace) -> dict[str, Any]:
             if addresses
         },
         "environment": "cloud",
-        "task": {"type": f"workerpool{place.pool}", "index": place.index},
+        "task": _task(f"workerpool{place.pool}", spec, place),
         "job": job_dict(spec),
     }
 
@@ -109,10 +113,24 @@ def tf_config(spec: CustomJobSpec, place: ReplicaPlace) -> dict[str, Any]:
             for pool, addresses in sorted(place.cluster.items())
             if addresses and pool < CLUSTER_POOLS
         },
-        "task": {"type": POOL_ROLES[place.pool], "index": place.index},
+        "task": _task(POOL_ROLES[place.pool], spec, place),
         "job": job_dict(spec),
         "environment": "cloud",
     }
+
+
+def _task(kind: str, spec: CustomJobSpec, place: ReplicaPlace) -> dict[str, Any]:
+    """The ``task`` of CLUSTER_SPEC and TF_CONFIG; a trial's id when the pool's env has one
+    (Vertex's own trials carry it there, and code written for Vertex reads it)."""
+    task: dict[str, Any] = {"type": kind, "index": place.index}
+    pool = spec.worker_pool_specs[place.pool]
+    code = pool.container_spec or pool.python_package_spec
+    trial = next(
+        (v.value for v in (code.env if code is not None else []) if v.name == TRIAL_ID_ENV), None
+    )
+    if trial is not None:
+        task["trial"] = trial
+    return task
 
 
 def job_dict(spec: CustomJobSpec) -> dict[str, Any]:
