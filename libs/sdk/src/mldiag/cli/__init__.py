@@ -3,8 +3,10 @@
 ``up``, ``status`` and ``down`` look after the embedded stack (:mod:`mldiag.cli.stack`);
 ``runs``, ``metrics``, ``operations`` and ``configs`` talk to the run-registry API
 (:mod:`mldiag.cli.registry`); ``profiles``, ``targets`` and ``xprof`` to the registry and the
-xprof-provisioner (:mod:`mldiag.cli.profiles`). It talks to a person, so it prints plain
-text, not log events.
+xprof-provisioner (:mod:`mldiag.cli.profiles`); ``jobs``, ``hp-tuning-jobs``,
+``training-pipelines`` and ``models`` to the training API (:mod:`mldiag.cli.jobs`,
+:mod:`mldiag.cli.tuning`, :mod:`mldiag.cli.pipelines`, :mod:`mldiag.cli.models`). It talks to
+a person, so it prints plain text, not log events.
 
 Exit status: 0 done, 1 the API (or the stack) refused (``error: <code>: <message>``),
 2 a usage error, 3 the API did not answer.
@@ -18,7 +20,9 @@ from collections.abc import Sequence
 from mldiag.api_client import ApiError, ApiUnreachable
 from mldiag.cli.agent import add_agent_command
 from mldiag.cli.jobs import add_jobs_commands
+from mldiag.cli.models import add_models_commands
 from mldiag.cli.output import Format
+from mldiag.cli.pipelines import add_pipelines_commands
 from mldiag.cli.registry import (
     Context,
     UsageError,
@@ -29,6 +33,7 @@ from mldiag.cli.registry import (
 from mldiag.cli.stack import add_stack_commands, config_from_args, supervisor_command
 from mldiag.cli.substrate import add_substrate_command
 from mldiag.cli.supervise import add_run_command
+from mldiag.cli.tuning import add_tuning_commands
 from mldiag.local.errors import LocalStackError
 
 __all__ = ["build_parser", "config_from_args", "main", "supervisor_command"]
@@ -48,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_stack_commands(commands)
     add_api_commands(commands)
     add_jobs_commands(commands)
+    add_tuning_commands(commands)
+    add_pipelines_commands(commands)
+    add_models_commands(commands)
     add_run_command(commands)
     add_agent_command(commands)
     add_substrate_command(commands)
