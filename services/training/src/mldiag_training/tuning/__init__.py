@@ -1,0 +1,1 @@
+"""Hyperparameter tuning jobs: the API, the controller of studies, and their search."""
