@@ -12,11 +12,14 @@ or, with the official SDK's names, ``mldiag.machinelearning_run(...)`` and
 ``mldiag.metrics.record("loss", loss, step=step)``; profile with ``mldiag.xprof()``
 (``start``/``stop``, a ``with`` block or a decorator). ``mldiag.data_wait()``,
 ``mldiag.checkpoint()`` and ``mldiag.preemption_notice()`` mark the current run from code
-that does not hold it. Importing this package does no I/O.
+that does not hold it. A tuning job's trial reports its objective with
+``mldiag.report_hyperparameter_tuning_metric(tag, value, global_step)`` (or Google's
+``cloudml-hypertune``, forwarded by the replica launcher). Importing this package does no I/O.
 """
 
 from mldiag import metrics
 from mldiag.control import RunControl, RunPhase, RunSpec
+from mldiag.hypertune import report_hyperparameter_tuning_metric
 from mldiag.instrument import checkpoint, data_wait, preemption_notice
 from mldiag.run import Run, current_run, init, machinelearning_run
 from mldiag.signals import SignalKind
@@ -37,5 +40,6 @@ __all__ = [
     "machinelearning_run",
     "metrics",
     "preemption_notice",
+    "report_hyperparameter_tuning_metric",
     "xprof",
 ]

@@ -10,14 +10,23 @@ attaches the already running program to the job's run and supervises it exactly 
 
 Running a file by its path imports none of its package: only the standard library is used
 here until the program runs.
+
+``cloudml-hypertune`` in the program writes to ``$CLOUD_ML_HP_METRIC_FILE``: unless the user
+chose a file, this points it at ``<exit file's directory>/hypertune/output.metrics``, one per
+replica and attempt (the library's default, ``/tmp/hypertune/output.metrics``, would be
+shared by parallel trials on one machine); the supervisor forwards what is written there
+(:mod:`mldiag.hypertune`, whose ``attempt_metric_file`` this mirrors).
 """
 
+import contextlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 USAGE = "usage: replica_launcher.py --replica NAME [--exit-file PATH] -- COMMAND [ARG ...]"
+METRIC_FILE_ENV = "CLOUD_ML_HP_METRIC_FILE"
 
 
 def _parse(argv: list[str]) -> tuple[str, Path | None, list[str]]:
@@ -40,9 +49,24 @@ def _interval(environ: dict[str, str], name: str, default: float) -> float:
         return default
 
 
+def _metric_file(exit_file: Path | None) -> str:
+    """The attempt's file for cloudml-hypertune's reports, its directory made (the library
+    makes it too, but racing ranks of one replica can trip over each other doing so)."""
+    if exit_file is not None:
+        path = exit_file.absolute().parent / "hypertune" / "output.metrics"
+    else:
+        path = Path(f"/tmp/mldiag-hypertune-{os.getpid()}/output.metrics")  # noqa: S108
+    # Failing, the library tries again; the supervisor then finds no file, forwards nothing.
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return str(path)
+
+
 def main() -> int:
     """Start the program, then supervise it; the program's exit status."""
     replica, exit_file, command = _parse(sys.argv[1:])
+    launched_at = time.time()
+    os.environ[METRIC_FILE_ENV] = os.environ.get(METRIC_FILE_ENV) or _metric_file(exit_file)
     environment = dict(os.environ)
     # What `mldiag run --replica` gives the program (supervise.child_environment): the
     # replica is the host, the run is not the program's to create, output unbuffered, and
@@ -61,7 +85,7 @@ def main() -> int:
         process = error  # reported by the supervisor, with the run told
     from mldiag.cli.supervise import supervise_replica  # noqa: PLC0415  # after the start
 
-    return supervise_replica(replica, command, exit_file, process)
+    return supervise_replica(replica, command, exit_file, process, launched_at=launched_at)
 
 
 if __name__ == "__main__":

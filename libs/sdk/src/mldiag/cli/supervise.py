@@ -16,8 +16,10 @@ program, decides the final state.
 attaches to the job's run (``MLDIAG_RUN_ID``) without creating or ending it (the training
 service owns the run's state), sends heartbeats and system metrics with NAME as the host,
 reports a failed exit as a signal, writes ``--exit-file`` atomically for the executor and
-exits with the program's status. A platform that cannot be reached never holds or fails
-the replica: telemetry is spooled and the final flush is short.
+exits with the program's status. It points ``$CLOUD_ML_HP_METRIC_FILE`` (unless set) at a
+file beside the exit file and, on the chief, forwards each ``cloudml-hypertune`` report
+written there as a run metric (:mod:`mldiag.hypertune`). A platform that cannot be reached
+never holds or fails the replica: telemetry is spooled and the final flush is short.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import mldiag
 from mldiag.cli.registry import _config_value, _key_value, _nest
 from mldiag.config import Settings, env_seconds
 from mldiag.control import ControlStatus, HttpRunControl, RunControl, RunPhase, RunSpec
+from mldiag.hypertune import METRIC_FILE_ENV, MetricFileForwarder, attempt_metric_file
 from mldiag.process_tree import (
     PROCESS_RSS,
     RUN_ID_ENV,
@@ -256,10 +259,14 @@ def supervise_replica(
     command: list[str],
     exit_file: Path | None,
     started: subprocess.Popen[bytes] | OSError,
+    *,
+    launched_at: float | None = None,
 ) -> int:
     """Supervise a replica's program that ``replica_launcher`` already started (or failed to
-    start), exactly as ``mldiag run --replica`` would; settings from the environment."""
-    return _replica(replica, command, exit_file, started=started)
+    start), exactly as ``mldiag run --replica`` would; settings from the environment.
+    ``launched_at`` (``time.time()`` before the start): older tuning reports are not this
+    attempt's."""
+    return _replica(replica, command, exit_file, started=started, launched_at=launched_at)
 
 
 def _replica(
@@ -268,6 +275,7 @@ def _replica(
     exit_file: Path | None,
     *,
     started: subprocess.Popen[bytes] | OSError | None = None,
+    launched_at: float | None = None,
     run_id: str | None = None,
     name: str = "",
     interval: float | None = None,
@@ -289,6 +297,12 @@ def _replica(
     # the run is the training service's to create and end.
     os.environ["MLDIAG_HOST"] = replica
     os.environ[CREATE_RUN_ENV] = "0"
+    # cloudml-hypertune's reports: a file of this attempt unless the user chose one (the
+    # library's default is shared by every trial on the machine). The launcher set it already.
+    os.environ[METRIC_FILE_ENV] = os.environ.get(METRIC_FILE_ENV) or str(
+        attempt_metric_file(exit_file)
+    )
+    launched_at = time.time() if launched_at is None else launched_at
     if interval is None:
         interval = env_seconds(os.environ, "MLDIAG_SYSTEM_METRICS_INTERVAL", 10.0)
     if heartbeat is None:
@@ -314,6 +328,9 @@ def _replica(
         interval=interval,
         exit_file=exit_file,
         started=started,
+        hypertune=MetricFileForwarder(
+            Path(os.environ[METRIC_FILE_ENV]), run.record, replica=replica, since=launched_at
+        ),
     )
     return supervisor.run()
 
@@ -451,8 +468,11 @@ class Supervisor:
         created: threading.Event | None = None,
         exit_file: Path | None = None,
         started: subprocess.Popen[bytes] | OSError | None = None,
+        hypertune: MetricFileForwarder | None = None,
     ) -> None:
         self._run = run
+        self._hypertune = hypertune
+        """A replica's tuning reports, forwarded while the program runs and once after."""
         self._started = started
         """The program, when a launcher started it before this (or why it could not)."""
         self._exit_file = exit_file
@@ -516,6 +536,7 @@ class Supervisor:
             pump.start()
         sampler = self._start_sampler(process.pid)
         returncode = self._wait(process)
+        self._forward_reports(final=True)  # before _end_run flushes the run's metrics
         if sampler is not None:
             sampler.stop()
         deadline = time.monotonic() + _DRAIN_SECONDS
@@ -570,9 +591,19 @@ class Supervisor:
                 returncode = process.wait(timeout=_POLL_SECONDS)
             except subprocess.TimeoutExpired:
                 self._report_received()
+                self._forward_reports()
                 continue
             self._report_received()
             return returncode
+
+    def _forward_reports(self, *, final: bool = False) -> None:
+        if self._hypertune is None:
+            return
+        try:
+            self._hypertune.poll(final=final)
+        except Exception:  # a bug here must not end the supervision (or the run)
+            logger.exception("mldiag.hypertune.forward_failed path=%s", self._hypertune.path)
+            self._hypertune = None
 
     def _report_received(self) -> None:
         while self._received:
