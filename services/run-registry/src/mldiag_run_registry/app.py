@@ -24,6 +24,7 @@ from mldiag_run_registry.heartbeats.repository import HeartbeatsRepository
 from mldiag_run_registry.heartbeats.service import HeartbeatsService
 from mldiag_run_registry.jobs import handlers as jobs_handlers
 from mldiag_run_registry.jobs.service import JobRunsService
+from mldiag_run_registry.jobs.tuning import TuningRunsService
 from mldiag_run_registry.live import handlers as live_handlers
 from mldiag_run_registry.live.service import LiveFeed
 from mldiag_run_registry.metrics import handlers as metrics_handlers
@@ -110,8 +111,15 @@ def _consume(
     profiles_bus = profiles_handlers.ProfilesBusHandler(profiles, captures)
     bus.consume(profiles_handlers.CAPTURE_REQUESTS_CONSUMER, profiles_bus.on_capture_requests)
     bus.consume(profiles_handlers.SESSIONS_CONSUMER, profiles_bus.on_sessions)
-    jobs = jobs_handlers.JobsBusHandler(JobRunsService(runs, run_repository))  # a job is a run
+    job_runs = JobRunsService(runs, run_repository)
+    jobs = jobs_handlers.JobsBusHandler(job_runs)  # a job is a run
     bus.consume(jobs_handlers.JOBS_CONSUMER, jobs.on_jobs)
+    # A tuning job (a study) is a run too; each trial's end is noted on the trial's run.
+    tuning = jobs_handlers.TuningBusHandler(
+        TuningRunsService(job_runs, run_repository, runs, metrics)
+    )
+    bus.consume(jobs_handlers.TUNING_CONSUMER, tuning.on_tuning)
+    bus.consume(jobs_handlers.TRIALS_CONSUMER, tuning.on_tuning)
 
 
 async def _sweep(
