@@ -8,10 +8,14 @@ import { h, replace } from "./h";
 import { comparePage } from "./pages/compare";
 import { jobPage } from "./pages/job";
 import { jobsPage } from "./pages/jobs";
+import { modelPage } from "./pages/model";
+import { modelsPage } from "./pages/models";
 import { runPage } from "./pages/run";
 import { runsPage } from "./pages/runs";
 import { sharedPage } from "./pages/shared";
 import { signInPage } from "./pages/signin";
+import { studiesPage } from "./pages/studies";
+import { studyPage } from "./pages/study";
 import { navigate, parseHash, type Route } from "./router";
 import { Scope } from "./scope";
 import { openSession, type Session, storedToken, storeToken } from "./session";
@@ -54,7 +58,16 @@ function renderTopbar(caller: Caller | null, shared: boolean): void {
   replace(
     topbar,
     h("a", { class: "brand", href: shared ? location.hash : "#/runs" }, h("span", { class: "brand-mark" }, "◆"), " mldiag"),
-    !shared && session ? h("nav", { class: "topnav" }, h("a", { href: "#/runs" }, "Runs"), h("a", { href: "#/jobs", testid: "nav-jobs" }, "Jobs")) : null,
+    !shared && session
+      ? h(
+          "nav",
+          { class: "topnav" },
+          h("a", { href: "#/runs" }, "Runs"),
+          h("a", { href: "#/jobs", testid: "nav-jobs" }, "Jobs"),
+          h("a", { href: "#/tuning", testid: "nav-tuning" }, "Tuning"),
+          h("a", { href: "#/models", testid: "nav-models" }, "Models"),
+        )
+      : null,
     h("span", { class: "spacer" }),
     role ? h("span", { class: `role role-${role}`, testid: "caller-role", title: caller ? `token ${caller.tokenId}` : "" }, role) : null,
     !shared && session ? h("button", { class: "button small", testid: "sign-out", onclick: () => signOut() }, "Sign out") : null,
@@ -117,6 +130,18 @@ function route(): void {
       return;
     case "job":
       show({ el: jobPage(session, scope, next.jobId, next.query) }, `Job ${next.jobId}`);
+      return;
+    case "studies":
+      show({ el: studiesPage(session, scope, next.query) }, "Tuning");
+      return;
+    case "study":
+      show({ el: studyPage(session, scope, next.jobId, next.query) }, `Tuning ${next.jobId}`);
+      return;
+    case "models":
+      show({ el: modelsPage(session, scope, next.query) }, "Models");
+      return;
+    case "model":
+      show({ el: modelPage(session, scope, next.modelId, next.query) }, `Model ${next.modelId}`);
       return;
     case "notfound":
       show({ el: h("div", { class: "page" }, empty(`Nothing at #/${next.path}.`), h("a", { href: "#/runs" }, "← Runs")) }, "Not found");

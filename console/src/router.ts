@@ -1,5 +1,7 @@
 // Hash routes: #/runs, #/runs/<id>[/<tab>], #/compare?runs=a,b, #/share/<token>[/<tab>],
-// #/jobs[?project=&location=], #/jobs/<id>[?project=&location=&replica=].
+// #/jobs[?project=&location=], #/jobs/<id>[?project=&location=&replica=],
+// #/tuning[?project=&location=], #/tuning/<id>[?project=&location=&metric=],
+// #/models[?project=&location=], #/models/<id>[?project=&location=&version=].
 
 export const TABS = ["overview", "metrics", "configs", "events", "profiles"] as const;
 export type Tab = (typeof TABS)[number];
@@ -12,6 +14,10 @@ export type Route =
   | { page: "share"; token: string; tab: Tab; query: URLSearchParams }
   | { page: "jobs"; query: URLSearchParams }
   | { page: "job"; jobId: string; query: URLSearchParams }
+  | { page: "studies"; query: URLSearchParams }
+  | { page: "study"; jobId: string; query: URLSearchParams }
+  | { page: "models"; query: URLSearchParams }
+  | { page: "model"; modelId: string; query: URLSearchParams }
   | { page: "notfound"; path: string };
 
 export function parseHash(hash: string): Route {
@@ -35,6 +41,10 @@ export function parseHash(hash: string): Route {
   }
   if (first === "jobs" && second === undefined) return { page: "jobs", query };
   if (first === "jobs" && second !== undefined && parts.length === 2) return { page: "job", jobId: second, query };
+  if (first === "tuning" && second === undefined) return { page: "studies", query };
+  if (first === "tuning" && second !== undefined && parts.length === 2) return { page: "study", jobId: second, query };
+  if (first === "models" && second === undefined) return { page: "models", query };
+  if (first === "models" && second !== undefined && parts.length === 2) return { page: "model", modelId: second, query };
   if (first === "share" && second !== undefined && parts.length <= 3) {
     const t = tab(third);
     if (t) return { page: "share", token: second, tab: t, query };
@@ -98,4 +108,25 @@ export function jobsHref(parent: Parent): string {
 
 export function jobHref(parent: Parent, jobId: string, query?: Record<string, string>): string {
   return withQuery(`#/jobs/${encodeURIComponent(jobId)}`, { ...parentQuery(parent), ...query });
+}
+
+export function tuningJobsHref(parent: Parent): string {
+  return withQuery("#/tuning", parentQuery(parent));
+}
+
+export function tuningJobHref(parent: Parent, jobId: string, query?: Record<string, string>): string {
+  return withQuery(`#/tuning/${encodeURIComponent(jobId)}`, { ...parentQuery(parent), ...query });
+}
+
+export function modelsHref(parent: Parent): string {
+  return withQuery("#/models", parentQuery(parent));
+}
+
+export function modelHref(parent: Parent, modelId: string, query?: Record<string, string>): string {
+  return withQuery(`#/models/${encodeURIComponent(modelId)}`, { ...parentQuery(parent), ...query });
+}
+
+/** The compare page for these runs (in this order). */
+export function compareHref(runIds: string[]): string {
+  return `#/compare?runs=${runIds.map(encodeURIComponent).join(",")}`;
 }
