@@ -24,6 +24,14 @@ from mldiag_schemas.jobs import (
     VertexErrorBody,
 )
 from mldiag_schemas.messages import MESSAGE_TYPES, SUBJECT_OF
+from mldiag_schemas.models import (
+    ListModelsResponse,
+    ListModelVersionsResponse,
+    MergeVersionAliasesRequest,
+    Model,
+    ModelOperation,
+    UploadModelRequest,
+)
 from mldiag_schemas.monitoring import ProjectMonitoringRules
 from mldiag_schemas.operations import ListOperationsResponse, Operation, WaitOperationRequest
 from mldiag_schemas.profiling import (
@@ -117,6 +125,12 @@ RESOURCE_TYPES: tuple[type[BaseModel], ...] = (
     ListReplicasResponse,
     HyperparameterTuningJob,
     ListHyperparameterTuningJobsResponse,
+    Model,
+    UploadModelRequest,
+    ModelOperation,
+    ListModelsResponse,
+    ListModelVersionsResponse,
+    MergeVersionAliasesRequest,
     VertexErrorBody,
     UploadedPackage,
     ListJobLogsResponse,

@@ -314,3 +314,25 @@ def open_store(url: str) -> ObjectStore:
     if parsed.scheme == "gs" and parsed.netloc:
         return GcsStore(parsed.netloc, parsed.path)
     raise InvalidArgument(f"unsupported storage URL {url!r}: use file://DIR or gs://BUCKET")
+
+
+def local_path_of_uri(uri: str, storage_url: str) -> Path | None:
+    """Where a job's storage URI lives on this machine, given the platform's storage URL.
+
+    ``file:///x`` is ``/x``; ``gs://B/P`` is ``<root>/gs/B/P`` when ``storage_url`` is
+    ``file://<root>`` (the executor maps outputs the same way), and None with GCS storage
+    (the bucket is read through a :class:`GcsStore`). Raises :class:`InvalidArgument` for
+    any other URI, or one holding ``..``.
+    """
+    parsed = urlparse(uri)
+    if parsed.scheme == "file" and (parsed.netloc or parsed.path):
+        return Path(parsed.netloc + parsed.path)
+    if parsed.scheme == "gs" and parsed.netloc:
+        relative = PurePosixPath(parsed.path.lstrip("/"))
+        if ".." in relative.parts:
+            raise InvalidArgument(f"{uri!r}: '..' is not allowed in a storage URI")
+        store = urlparse(storage_url)
+        if store.scheme != "file":
+            return None
+        return Path(store.netloc + store.path).resolve() / "gs" / parsed.netloc / relative
+    raise InvalidArgument(f"unsupported storage URI {uri!r}: use gs://BUCKET/PATH or file:///PATH")

@@ -18,6 +18,10 @@ from mldiag_training.files.service import LogsService, PackagesService
 from mldiag_training.jobs import handlers as jobs_handlers
 from mldiag_training.jobs.repository import JobsRepository
 from mldiag_training.jobs.service import JobsService
+from mldiag_training.models import handlers as models_handlers
+from mldiag_training.models.artifacts import ArtifactFiles
+from mldiag_training.models.repository import ModelsRepository
+from mldiag_training.models.service import ModelsService
 from mldiag_training.scheduler import handlers as scheduler_handlers
 from mldiag_training.scheduler.machines import MachineTable
 from mldiag_training.scheduler.repository import SchedulerRepository
@@ -59,6 +63,8 @@ def create_app(settings: TrainingSettings | None = None) -> FastAPI:
                 machines=machines,
             )
             jobs = JobsService(JobsRepository(pool, outbox), outbox, scheduler, machines)
+            # The registry; training pipelines import their models through it too.
+            models = ModelsService(ModelsRepository(pool), ArtifactFiles(settings.storage.url))
 
             scheduler_handlers.register(bus, scheduler)
             await bus.start()
@@ -72,6 +78,7 @@ def create_app(settings: TrainingSettings | None = None) -> FastAPI:
                 FilesRepository(pool), store, poll_seconds=settings.logs_poll_seconds
             )
             app.state.packages = PackagesService(store, settings.max_package_bytes)
+            app.state.models = models
             checks.update(nats=bus.healthy, database=lambda: database_ok(pool))
             stack.callback(checks.clear)
             yield
@@ -83,4 +90,5 @@ def create_app(settings: TrainingSettings | None = None) -> FastAPI:
     )
     app.include_router(jobs_handlers.router)
     app.include_router(files_handlers.router)
+    app.include_router(models_handlers.router)
     return app
