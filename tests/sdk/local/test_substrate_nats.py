@@ -69,6 +69,8 @@ REAL_CONSUMERS: dict[str, list[ConsumerSpec[Any]]] = {
         registry_profiles.CAPTURE_REQUESTS_CONSUMER,
         registry_profiles.SESSIONS_CONSUMER,
         registry_jobs.JOBS_CONSUMER,
+        registry_jobs.TUNING_CONSUMER,
+        registry_jobs.TRIALS_CONSUMER,
     ],
     "ingestion": [ingestion_handlers.INGEST_CONSUMER],
     "event-detector": detector_handlers.consumers(10),

@@ -103,6 +103,9 @@ SERVICES: tuple[BusUser, ...] = (
             Consumes(bus.PROFILING, bus.REGISTRY_SESSIONS_DURABLE, bus.PROFILING.subjects[0]),
             # Each job's run: created with the job, its phase mirrored from the job's state.
             Consumes(bus.TRAINING, bus.REGISTRY_JOBS_DURABLE, "training.job.>"),
+            # A tuning job's (a study's) run, and each trial's outcome on the trial's run.
+            Consumes(bus.TRAINING, bus.REGISTRY_TUNING_DURABLE, "training.tuning.>"),
+            Consumes(bus.TRAINING, bus.REGISTRY_TRIALS_DURABLE, "training.trial.>"),
         ),
         # The console's live pages follow these on core NATS.
         listens=(_one(bus.CONSOLE_UPDATED), "runs.run.*.*", _one(bus.PROFILER_SESSION_CHANGED)),
