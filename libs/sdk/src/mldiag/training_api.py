@@ -24,7 +24,12 @@ from mldiag.api_client import (
     _Client,
     _http_client,
 )
-from mldiag.jobs import SERVICE, _vertex_error
+from mldiag.jobs import SERVICE, TERMINAL_STATES, _vertex_error
+
+TERMINAL_PIPELINE_STATES = frozenset(
+    {"PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED", "PIPELINE_STATE_CANCELLED"}
+)
+"""States a training pipeline never leaves."""
 
 TUNING_JOBS = "hyperparameterTuningJobs"
 """The collection of tuning jobs (and the key of their list page)."""
@@ -158,6 +163,23 @@ class _TrainingClient(_Client):
     def _delete(self, reference: str, suffix: str = "") -> JsonObject:
         return self._json("DELETE", self._path(reference, suffix))
 
+    def _wait(
+        self,
+        reference: str,
+        terminal: frozenset[str],
+        *,
+        poll_seconds: float,
+        timeout: float | None,
+    ) -> JsonObject:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            resource = self._get(reference)
+            if resource.get("state") in terminal:
+                return resource
+            if deadline is not None and time.monotonic() >= deadline:
+                return resource
+            time.sleep(poll_seconds)
+
 
 class TuningJobsClient(_TrainingClient):
     """Hyperparameter tuning jobs: create, get, list, cancel, delete."""
@@ -202,6 +224,12 @@ class TuningJobsClient(_TrainingClient):
     def delete_tuning_job(self, reference: str) -> JsonObject:
         """Delete an ended tuning job."""
         return self._delete(reference)
+
+    def wait_tuning_job(
+        self, reference: str, *, poll_seconds: float = 1.0, timeout: float | None = None
+    ) -> JsonObject:
+        """Poll until the job is in a terminal state (or ``timeout`` passes); the last read."""
+        return self._wait(reference, TERMINAL_STATES, poll_seconds=poll_seconds, timeout=timeout)
 
 
 class PipelinesClient(_TrainingClient):
@@ -248,6 +276,15 @@ class PipelinesClient(_TrainingClient):
     def delete_pipeline(self, reference: str) -> JsonObject:
         """Delete an ended pipeline."""
         return self._delete(reference)
+
+    def wait_pipeline(
+        self, reference: str, *, poll_seconds: float = 1.0, timeout: float | None = None
+    ) -> JsonObject:
+        """Poll until the pipeline is in a terminal state (or ``timeout`` passes); the last
+        read."""
+        return self._wait(
+            reference, TERMINAL_PIPELINE_STATES, poll_seconds=poll_seconds, timeout=timeout
+        )
 
 
 class ModelsClient(_TrainingClient):

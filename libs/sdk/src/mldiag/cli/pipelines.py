@@ -14,6 +14,7 @@ snake_case keys). Two shorter forms are accepted too, each turned into the full 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from mldiag.cli.resources import (
     add_list_flags,
     client_kwargs,
     command_group,
+    final_status,
     list_all,
     mapping,
     order_by,
@@ -136,6 +138,11 @@ def _add_create(verb: Verb) -> None:
     )
     create.add_argument("--display-name", help="a name for people [displayName of --config]")
     create.add_argument("--labels", action="append", default=[], metavar="K=V,...")
+    create.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the pipeline to end (exit 1 unless SUCCEEDED)",
+    )
 
 
 # the verbs
@@ -149,15 +156,24 @@ def _create(ctx: Context, args: argparse.Namespace) -> int:
     body = build_pipeline_request(args)
     with _client(ctx, args) as client:
         pipeline = client.create_pipeline(body)
-    ctx.emit(
-        pipeline,
-        lambda: (
-            f"created training pipeline {pipeline.get('name', '')}"
-            f" ({pipeline.get('state', '')})\n"
-            f"see it with: mldiag training-pipelines describe {resource_id(pipeline)}"
-        ),
-    )
-    return 0
+        ctx.emit(
+            pipeline,
+            lambda: (
+                f"created training pipeline {pipeline.get('name', '')}"
+                f" ({pipeline.get('state', '')})\n"
+                f"see it with: mldiag training-pipelines describe {resource_id(pipeline)}"
+            ),
+        )
+        if not args.wait:
+            return 0
+        ended = client.wait_pipeline(str(pipeline.get("name", "")))
+    code = final_status(ended, "training pipeline", "PIPELINE_STATE_SUCCEEDED")
+    model = ended.get("modelToUpload")
+    if code == 0 and isinstance(model, dict) and model.get("name"):
+        print(
+            f"uploaded model {model['name']} version {model.get('versionId', '')}", file=sys.stderr
+        )
+    return code
 
 
 PIPELINE_COLUMNS = ("ID", "DISPLAY NAME", "STATE", "MODEL", "CREATED", "LABELS")

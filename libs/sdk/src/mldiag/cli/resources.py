@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -196,3 +197,15 @@ def list_all(items: Any, limit: int | None) -> list[JsonObject]:
         if limit and len(found) >= limit:
             break
     return found
+
+
+def final_status(resource: JsonObject, what: str, succeeded: str) -> int:
+    """Say how ``resource`` ended (on stderr); 0 when its state is ``succeeded``, else 1."""
+    state = resource.get("state", "")
+    line = f"{what} {resource_id(resource)} ended: {state}"
+    if state == succeeded:
+        print(line, file=sys.stderr)
+        return 0
+    message = (resource.get("error") or {}).get("message", "")
+    print(line + (f": {message}" if message else ""), file=sys.stderr)
+    return 1

@@ -22,6 +22,7 @@ from mldiag.cli.resources import (
     add_list_flags,
     client_kwargs,
     command_group,
+    final_status,
     list_all,
     mapping,
     number,
@@ -135,6 +136,9 @@ def _add_create(verb: Verb) -> None:
         help="the search (gcloud's grid-search, random-search, algorithm-unspecified too)",
     )
     create.add_argument("--labels", action="append", default=[], metavar="K=V,...")
+    create.add_argument(
+        "--wait", action="store_true", help="wait for the job to end (exit 1 unless SUCCEEDED)"
+    )
 
 
 def _count(text: str) -> int:
@@ -154,14 +158,18 @@ def _create(ctx: Context, args: argparse.Namespace) -> int:
     body = build_tuning_request(args)
     with _client(ctx, args) as client:
         job = client.create_tuning_job(body)
-    ctx.emit(
-        job,
-        lambda: (
-            f"created hyperparameter tuning job {job.get('name', '')} ({job.get('state', '')})\n"
-            f"see its trials: mldiag hp-tuning-jobs describe {resource_id(job)}"
-        ),
-    )
-    return 0
+        ctx.emit(
+            job,
+            lambda: (
+                f"created hyperparameter tuning job {job.get('name', '')}"
+                f" ({job.get('state', '')})\n"
+                f"see its trials: mldiag hp-tuning-jobs describe {resource_id(job)}"
+            ),
+        )
+        if not args.wait:
+            return 0
+        ended = client.wait_tuning_job(str(job.get("name", "")))
+    return final_status(ended, "tuning job", "JOB_STATE_SUCCEEDED")
 
 
 TUNING_JOB_COLUMNS = ("ID", "DISPLAY NAME", "STATE", "TRIALS", "CREATED", "LABELS")
