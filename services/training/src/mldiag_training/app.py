@@ -27,6 +27,10 @@ from mldiag_training.scheduler.machines import MachineTable
 from mldiag_training.scheduler.repository import SchedulerRepository
 from mldiag_training.scheduler.service import Scheduler
 from mldiag_training.settings import TrainingSettings
+from mldiag_training.tuning import handlers as tuning_handlers
+from mldiag_training.tuning.controller import TuningController
+from mldiag_training.tuning.repository import TuningRepository
+from mldiag_training.tuning.service import TuningService
 from mldiag_training.vertex import VERTEX_ERRORS
 
 SERVICE = "training"
@@ -63,14 +67,28 @@ def create_app(settings: TrainingSettings | None = None) -> FastAPI:
                 machines=machines,
             )
             jobs = JobsService(JobsRepository(pool, outbox), outbox, scheduler, machines)
+            tuning_repository = TuningRepository(pool, outbox)
+            tuning_controller = TuningController(
+                tuning_repository,
+                outbox,
+                jobs,
+                scheduler,
+                machines,
+                tick_seconds=settings.tuning_tick_seconds,
+                metrics_grace_seconds=settings.tuning_metrics_grace_seconds,
+            )
+            tuning = TuningService(tuning_repository, outbox, tuning_controller)
             # The registry; training pipelines import their models through it too.
             models = ModelsService(ModelsRepository(pool), ArtifactFiles(settings.storage.url))
 
             scheduler_handlers.register(bus, scheduler)
+            tuning_handlers.register(bus, tuning_controller)
             await bus.start()
             await outbox.flush()  # whatever a crash left staged
             await stack.enter_async_context(running_sweeper(outbox))
             await stack.enter_async_context(scheduler_handlers.running(scheduler))
+            await stack.enter_async_context(tuning_handlers.running(tuning_controller))
+            app.state.tuning = tuning
 
             app.state.tokens, app.state.jobs = directory, jobs
             store = open_store(settings.storage.url)
@@ -89,6 +107,7 @@ def create_app(settings: TrainingSettings | None = None) -> FastAPI:
         SERVICE, lifespan, checks, settings.max_body_bytes, VERTEX_ERRORS, body_limits=uploads
     )
     app.include_router(jobs_handlers.router)
+    app.include_router(tuning_handlers.router)
     app.include_router(files_handlers.router)
     app.include_router(models_handlers.router)
     return app

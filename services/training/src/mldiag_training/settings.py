@@ -54,6 +54,15 @@ class TrainingSettings(BaseSettings):
     tick_seconds: float = Field(
         default=1.0, gt=0, description="How often the scheduler looks at jobs and deadlines."
     )
+    tuning_tick_seconds: float = Field(
+        default=1.0, gt=0, description="How often the tuning controller looks at every study."
+    )
+    tuning_metrics_grace_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        description="How long an ended trial waits for its last metric points to be read"
+        " before it is finalised anyway.",
+    )
     max_package_bytes: int = Field(
         default=256 * 1024 * 1024,
         gt=0,

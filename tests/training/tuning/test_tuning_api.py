@@ -1,0 +1,363 @@
+"""The hyperparameterTuningJobs API and its controller over HTTP, on real NATS and
+PostgreSQL. No executor runs here: the tests play the trials' world on the bus (their metric
+points, their custom jobs' ends) and watch the controller drive the study."""
+
+import uuid
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from mldiag_platform.bus import Publisher
+from mldiag_platform.settings import NatsSettings
+from mldiag_schemas import bus
+from mldiag_schemas.jobs import JobState, RpcStatus
+from mldiag_schemas.replicas import CustomJobCreated, CustomJobStateChanged
+from mldiag_schemas.telemetry import MetricColumns, MetricPointsReceived
+from mldiag_schemas.tuning import TrialEnded, TuningJobCreated, TuningJobStateChanged
+from support import read_messages, wait_until
+from training.tuning.bodies import sdk_tuning_job, study_spec
+
+pytestmark = pytest.mark.connected
+
+SDK_QUERY = "?%24alt=json%3Benum-encoding%3Dint"
+PATH = "/v1/projects/default/locations/local/hyperparameterTuningJobs"
+
+
+async def create(api: httpx.AsyncClient, **fields: Any) -> dict[str, Any]:
+    response = await api.post(PATH + SDK_QUERY, json=sdk_tuning_job(**fields))
+    assert response.status_code == 200, response.text
+    job: dict[str, Any] = response.json()
+    return job
+
+
+def ident(resource: dict[str, Any] | str) -> str:
+    name = resource if isinstance(resource, str) else str(resource["name"])
+    return name.rsplit("/", 1)[-1]
+
+
+async def get(api: httpx.AsyncClient, job_id: str) -> dict[str, Any]:
+    response = await api.get(f"{PATH}/{job_id}")
+    assert response.status_code == 200, response.text
+    job: dict[str, Any] = response.json()
+    return job
+
+
+async def trials_of(api: httpx.AsyncClient, job_id: str, count: int) -> list[dict[str, Any]]:
+    job = await wait_until(lambda: get(api, job_id), lambda j: len(j.get("trials", [])) >= count)
+    trials: list[dict[str, Any]] = job["trials"]
+    return trials
+
+
+async def report(
+    publisher: Publisher, run_id: str, values: list[float], name: str = "loss"
+) -> None:
+    """The trial's run reports ``name`` at steps 1, 2, ..."""
+    await publisher.publish(
+        MetricPointsReceived(
+            run_id=run_id,
+            batch_id=uuid.uuid4(),
+            chunk=0,
+            series=[MetricColumns(name=name, steps=list(range(1, len(values) + 1)), values=values)],
+        )
+    )
+
+
+async def end(
+    publisher: Publisher, run_id: str, state: JobState = JobState.SUCCEEDED, message: str = ""
+) -> None:
+    """The trial's custom job ends."""
+    await publisher.publish(
+        CustomJobStateChanged(
+            job_id=run_id,
+            project="default",
+            location="local",
+            previous_state=JobState.RUNNING,
+            state=state,
+            error=RpcStatus(code=9, message=message) if message else None,
+        )
+    )
+
+
+async def ended(api: httpx.AsyncClient, job_id: str) -> dict[str, Any]:
+    done = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED"}
+    return await wait_until(lambda: get(api, job_id), lambda j: j["state"] in done, timeout=30)
+
+
+# --- create, read, validate ------------------------------------------------------------------
+
+
+async def test_a_study_runs_its_trials_as_custom_jobs(
+    training_api: httpx.AsyncClient, training_db: asyncpg.Pool, nats_settings: NatsSettings
+) -> None:
+    job = await create(training_api, labels={"team": "vision"})
+    job_id = ident(job)
+    assert job["state"] == 1  # QUEUED, as enum-encoding=int asks
+    assert job["studySpec"]["metrics"][0]["goal"] == 2
+    assert job["name"] == f"projects/default/locations/local/hyperparameterTuningJobs/{job_id}"
+
+    trials = await trials_of(training_api, job_id, 2)
+    assert [t["id"] for t in trials] == ["1", "2"]  # two in parallel, no more
+    current = await get(training_api, job_id)
+    assert current["state"] == "JOB_STATE_RUNNING" and "startTime" in current
+    first = trials[0]
+    assert first["state"] == "ACTIVE"
+    assert first["name"] == f"{current['name']}/trials/1"
+    custom = ident(first["customJob"])
+    assert first["customJob"] == f"projects/default/locations/local/customJobs/{custom}"
+
+    row = await wait_until(
+        lambda: training_db.fetchrow("SELECT * FROM custom_jobs WHERE job_id = $1", custom)
+    )
+    parameters = {p["parameterId"]: p["value"] for p in first["parameters"]}
+    assert set(parameters) == {"lr", "batch"}
+    response = await training_api.get(f"/v1/projects/default/locations/local/customJobs/{custom}")
+    pool = response.json()["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]
+    assert f"--batch={int(parameters['batch'])}" in pool["args"]
+    assert any(arg.startswith("--lr=") for arg in pool["args"])
+    assert {"name": "CLOUD_ML_TRIAL_ID", "value": "1"} in pool["env"]
+    output = response.json()["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"]
+    assert output == "gs://bucket/hpt/1/"
+    labels = row["labels"]
+    assert '"mldiag-trial": "1"' in labels and job_id in labels and "vision" in labels
+
+    created = await wait_until(
+        lambda: read_messages(nats_settings, bus.JOB_CREATED, CustomJobCreated),
+        lambda found: len(found) >= 2,
+    )
+    trial_of = next(c for c in created if c.job_id == custom).trial
+    assert trial_of is not None
+    assert (trial_of.tuning_job_id, trial_of.trial_id) == (job_id, "1")
+    assert trial_of.study_display_name == "sweep"
+    assert next(c for c in created if c.job_id == custom).run_set == "sweep"
+    [announced] = await read_messages(nats_settings, bus.TUNING_JOB_CREATED, TuningJobCreated)
+    assert announced.job_id == job_id and announced.run_set == "sweep"
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        (  # a grid cannot cover a continuous range
+            study_spec(algorithm="GRID_SEARCH"),
+            "studySpec.parameters[0]",
+        ),
+        (  # log scale over non-positive values
+            study_spec(
+                parameters=[
+                    {
+                        "parameterId": "lr",
+                        "doubleValueSpec": {"minValue": 0, "maxValue": 1},
+                        "scaleType": "UNIT_LOG_SCALE",
+                    }
+                ]
+            ),
+            "studySpec.parameters[0]",
+        ),
+        (  # duplicate ids
+            study_spec(
+                parameters=[
+                    {"parameterId": "x", "discreteValueSpec": {"values": [1, 2]}},
+                    {"parameterId": "x", "discreteValueSpec": {"values": [3]}},
+                ]
+            ),
+            "studySpec.parameters[1].parameterId",
+        ),
+        (  # a condition its parent can never meet
+            study_spec(
+                parameters=[
+                    {
+                        "parameterId": "opt",
+                        "categoricalValueSpec": {"values": ["adam", "sgd"]},
+                        "conditionalParameterSpecs": [
+                            {
+                                "parentCategoricalValues": {"values": ["rmsprop"]},
+                                "parameterSpec": {
+                                    "parameterId": "momentum",
+                                    "doubleValueSpec": {"minValue": 0, "maxValue": 1},
+                                },
+                            }
+                        ],
+                    }
+                ]
+            ),
+            "studySpec.parameters[0].conditionalParameterSpecs[0]",
+        ),
+    ],
+)
+async def test_a_study_the_search_cannot_run_is_refused_naming_the_field(
+    training_api: httpx.AsyncClient, training_db: asyncpg.Pool, spec: Any, field: str
+) -> None:
+    response = await training_api.post(PATH, json=sdk_tuning_job(studySpec=spec))
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["status"] == "INVALID_ARGUMENT"
+    violations = next(d for d in error["details"] if "fieldViolations" in d)["fieldViolations"]
+    assert violations[0]["field"].startswith(field), violations
+    assert await training_db.fetchval("SELECT count(*) FROM tuning_jobs") == 0
+
+
+async def test_parallel_above_max_and_bad_trial_specs_are_refused(
+    training_api: httpx.AsyncClient, training_db: asyncpg.Pool
+) -> None:
+    response = await training_api.post(
+        PATH, json=sdk_tuning_job(maxTrialCount=2, parallelTrialCount=3)
+    )
+    assert response.status_code == 400
+    assert "parallelTrialCount" in response.json()["error"]["message"]
+
+    bad_pool = {
+        "machineSpec": {"machineType": "no-such-box"},
+        "replicaCount": "1",
+        "containerSpec": {"imageUri": "python:3.12"},
+    }
+    response = await training_api.post(
+        PATH, json=sdk_tuning_job(trialJobSpec={"workerPoolSpecs": [bad_pool]})
+    )
+    assert response.status_code == 400, response.text
+    assert "trialJobSpec.workerPoolSpecs[0].machineSpec.machineType" in response.text
+
+    response = await training_api.post(
+        PATH, json=sdk_tuning_job(studySpec=study_spec(decayCurveStoppingSpec={"useSeconds": True}))
+    )
+    assert response.status_code == 501, response.text
+    assert "studySpec.decayCurveStoppingSpec" in response.json()["error"]["message"]
+
+    response = await training_api.post(PATH, json={**sdk_tuning_job(), "surprise": 1})
+    assert response.status_code == 400
+    assert await training_db.fetchval("SELECT count(*) FROM tuning_jobs") == 0
+
+
+async def test_list_filter_cancel_and_delete(
+    training_api: httpx.AsyncClient, training_db: asyncpg.Pool
+) -> None:
+    first = ident(await create(training_api, displayName="one"))
+    second = ident(await create(training_api, displayName="two"))
+    page = (await training_api.get(PATH, params={"pageSize": 1})).json()
+    assert [ident(j) for j in page["hyperparameterTuningJobs"]] == [second]
+    page = (
+        await training_api.get(PATH, params={"pageSize": 1, "pageToken": page["nextPageToken"]})
+    ).json()
+    assert [ident(j) for j in page["hyperparameterTuningJobs"]] == [first]
+    page = (await training_api.get(PATH, params={"filter": 'display_name="one"'})).json()
+    assert [ident(j) for j in page["hyperparameterTuningJobs"]] == [first]
+
+    refused = await training_api.delete(f"{PATH}/{first}")
+    assert refused.status_code == 400  # FAILED_PRECONDITION, as Google maps it
+    assert (await training_api.post(f"{PATH}/{first}:cancel")).status_code == 200
+    trials = await trials_of(training_api, first, 2)
+    done = await ended(training_api, first)
+    assert done["state"] == "JOB_STATE_CANCELLED"
+    assert done["error"]["code"] == 1
+    # The trials' jobs were asked to stop.
+    states = await training_db.fetch(
+        "SELECT state FROM custom_jobs WHERE job_id = ANY($1::text[])",
+        [ident(t["customJob"]) for t in trials],
+    )
+    assert states and {s["state"] for s in states} <= {
+        "JOB_STATE_CANCELLING",
+        "JOB_STATE_CANCELLED",
+    }
+    # ... and the study does not wait for them forever: CANCELLED came once they ended.
+    assert (await training_api.post(f"{PATH}/{first}:cancel")).status_code == 400
+    deleted = await training_api.delete(f"{PATH}/{first}")
+    assert deleted.status_code == 200
+    assert (await training_api.get(f"{PATH}/{first}")).status_code == 404
+    assert (
+        await training_db.fetchval(
+            "SELECT count(*) FROM tuning_trials WHERE tuning_job_id = $1", first
+        )
+        == 0
+    )
+    assert await training_db.fetchval(
+        "SELECT count(*) FROM custom_jobs WHERE job_id = ANY($1::text[])",
+        [ident(t["customJob"]) for t in trials],
+    ) == len(trials)
+
+
+# --- the controller -----------------------------------------------------------------------
+
+
+async def test_a_study_runs_to_success_with_the_best_trial(
+    training_api: httpx.AsyncClient, publisher: Publisher, nats_settings: NatsSettings
+) -> None:
+    job_id = ident(await create(training_api))
+    finished: set[str] = set()
+    for round_ in range(2):
+        trials = await trials_of(training_api, job_id, 2 * (round_ + 1))
+        for trial in trials:
+            custom = ident(trial["customJob"])
+            if custom in finished:
+                continue
+            finished.add(custom)
+            loss = 1.0 / int(trial["id"])  # later trials are better
+            await report(publisher, custom, [loss * 2, loss])
+            await end(publisher, custom)
+    done = await ended(training_api, job_id)
+    assert done["state"] == "JOB_STATE_SUCCEEDED", done
+    assert len(done["trials"]) == 4
+    assert all(t["state"] == "SUCCEEDED" for t in done["trials"])
+    last = done["trials"][3]
+    assert last["finalMeasurement"]["stepCount"] == "2"
+    assert last["finalMeasurement"]["metrics"] == [{"metricId": "loss", "value": 0.25}]
+    assert [m["stepCount"] for m in last["measurements"]] == ["1", "2"]
+
+    ends = await wait_until(
+        lambda: read_messages(nats_settings, bus.TRIAL_ENDED, TrialEnded),
+        lambda found: len(found) == 4,
+    )
+    assert {e.trial_job_id for e in ends} == finished
+    changes = await read_messages(
+        nats_settings, bus.TUNING_JOB_STATE_CHANGED, TuningJobStateChanged
+    )
+    final = [c for c in changes if c.state is JobState.SUCCEEDED]
+    assert final and final[-1].best_trial is not None and final[-1].best_trial.id == "4"
+    assert final[-1].trials_succeeded == 4
+
+
+async def test_failed_trials_fail_the_study_past_max_failed_trial_count(
+    training_api: httpx.AsyncClient, publisher: Publisher
+) -> None:
+    job_id = ident(await create(training_api, maxTrialCount=6, maxFailedTrialCount=2))
+    trials = await trials_of(training_api, job_id, 2)
+    for trial in trials:
+        await end(publisher, ident(trial["customJob"]), JobState.FAILED, "exit status 3")
+    done = await ended(training_api, job_id)
+    assert done["state"] == "JOB_STATE_FAILED"
+    assert "2 trials were infeasible" in done["error"]["message"]
+    assert all(t["state"] == "INFEASIBLE" for t in done["trials"])
+    assert "exit status 3" in done["trials"][0]["infeasibleReason"]
+
+
+async def test_no_trial_reporting_the_objective_fails_naming_it(
+    training_api: httpx.AsyncClient, publisher: Publisher
+) -> None:
+    job_id = ident(await create(training_api, maxTrialCount=2, maxFailedTrialCount=5))
+    for trial in await trials_of(training_api, job_id, 2):
+        await report(publisher, ident(trial["customJob"]), [0.5], name="accuracy")
+        await end(publisher, ident(trial["customJob"]))
+    done = await ended(training_api, job_id)
+    assert done["state"] == "JOB_STATE_FAILED"
+    assert done["error"]["message"] == "no trial reported the objective metric 'loss'"
+
+
+async def test_a_grid_ends_when_exhausted(
+    training_api: httpx.AsyncClient, publisher: Publisher
+) -> None:
+    spec = study_spec(
+        algorithm="GRID_SEARCH",
+        parameters=[{"parameterId": "batch", "discreteValueSpec": {"values": [16, 32, 64]}}],
+    )
+    job_id = ident(await create(training_api, studySpec=spec, maxTrialCount=10))
+    seen: set[str] = set()
+    while len(seen) < 3:
+        for trial in await trials_of(training_api, job_id, min(3, len(seen) + 1)):
+            custom = ident(trial["customJob"])
+            if custom not in seen:
+                seen.add(custom)
+                await report(publisher, custom, [1.0])
+                await end(publisher, custom)
+    done = await ended(training_api, job_id)
+    assert done["state"] == "JOB_STATE_SUCCEEDED"
+    values = sorted(t["parameters"][0]["value"] for t in done["trials"])
+    assert values == [16, 32, 64]
