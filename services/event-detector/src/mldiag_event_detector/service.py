@@ -56,6 +56,11 @@ def _level_rules(book: EventBook, now: datetime, touched: set[str]) -> None:
     framework.input_stall(book, now)
 
 
+_JOB_COLLECTIONS = ("/customJobs/", "/hyperparameterTuningJobs/")
+"""Runs whose workload is one of these training jobs are ended by the job: a cancel is no
+TERMINATION (a tuning job's run, the study's, has no replicas of its own)."""
+
+
 def _run_fact(state: RunState, message: RunCreated | RunUpdated, now: datetime) -> None:
     run = message.run
     parts = run.name.split("/")
@@ -63,7 +68,7 @@ def _run_fact(state: RunState, message: RunCreated | RunUpdated, now: datetime) 
         state.project, state.location = parts[1], parts[3]
     state.rules = run.monitoring
     custom = run.workload_details.custom
-    if custom is not None and "/customJobs/" in custom.id:
+    if custom is not None and any(kind in custom.id for kind in _JOB_COLLECTIONS):
         state.job = custom.id  # run-registry names the job here (and nothing else does)
     if isinstance(message, RunUpdated) and "configs" in message.update_mask:
         at = f" at step {_last_step(state)}" if _last_step(state) is not None else ""
