@@ -248,7 +248,8 @@ export function formatParameter(value: number | string | null): string {
   if (typeof value === "string") return value;
   if (Number.isInteger(value)) return String(value);
   const abs = Math.abs(value);
-  return abs !== 0 && (abs < 1e-3 || abs >= 1e6) ? value.toExponential(3) : String(Number(value.toPrecision(4)));
+  const rounded = Number(value.toPrecision(4));
+  return abs !== 0 && (abs < 1e-3 || abs >= 1e6) ? rounded.toExponential() : String(rounded);
 }
 
 /** Median stopping ended it: the API's flag when it gives one. */

@@ -18,6 +18,7 @@ import {
   bestSoFar,
   bestTrial,
   flattenParameters,
+  formatParameter,
   goalOf,
   type HyperparameterTuningJob,
   objectivePoints,
@@ -120,6 +121,14 @@ test("a trial's run is its custom job's id; the stopped-early flag is read in bo
   assert.ok(stoppedEarly({ id: "1", state: "SUCCEEDED", stoppedEarly: true }));
   assert.ok(stoppedEarly({ id: "1", state: "SUCCEEDED", isTrialStoppedEarly: true }));
   assert.ok(!stoppedEarly(trial(1, 1)));
+});
+
+test("parameter values read short: integers bare, four digits, exponents for the very small", () => {
+  assert.deepEqual(
+    [3, 0.123456, 1e-4, 0.00012346, 2.5e7, "adam", null].map(formatParameter),
+    ["3", "0.1235", "1e-4", "1.235e-4", "25000000", "adam", "—"],
+  );
+  assert.equal(formatParameter(2.5e6 + 0.5), "2.5e+6");
 });
 
 test("nice ticks are round values inside the range", () => {

@@ -30,8 +30,8 @@ function pick(onPick: (trialId: string) => void, trialId: string): (event: Event
 
 /** The objective's final value per trial (x = trial id) and the best so far. */
 export function objectivePlot(model: ObjectiveModel, options: PlotOptions): SVGSVGElement {
-  const [width, height] = [720, 260];
-  const [left, right, top, bottom] = [60, 16, 14, height - 30];
+  const [width, height] = [540, 260];
+  const [left, right, top, bottom] = [52, 14, 12, height - 36];
   const x = (value: number): number => left + (model.xAxis.position(value) ?? 0) * (width - left - right);
   const y = (value: number): number => bottom - (model.yAxis.position(value) ?? 0) * (bottom - top);
   const best: Point[] = model.best.map((point) => [x(point.x), y(point.value)]);
@@ -66,7 +66,7 @@ export function objectivePlot(model: ObjectiveModel, options: PlotOptions): SVGS
     }),
     s("line", { class: "axis", x1: left, x2: width - right, y1: bottom, y2: bottom }),
     s("line", { class: "axis", x1: left, x2: left, y1: top, y2: bottom }),
-    s("text", { class: "axis-label", x: width - right, y: height - 2, "text-anchor": "end" }, "trial"),
+    s("text", { class: "axis-label", x: (left + width - right) / 2, y: height - 4, "text-anchor": "middle" }, "trial"),
     // the best so far, then the points over it
     best.length
       ? s("path", { class: "best-line", d: stepPath(best), stroke: BEST_LINE, fill: "none", "data-testid": "best-line" }, s("title", {}, `best so far (${options.goal === "MINIMIZE" ? "lowest" : "highest"})`))
