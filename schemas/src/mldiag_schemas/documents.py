@@ -34,6 +34,7 @@ from mldiag_schemas.models import (
 )
 from mldiag_schemas.monitoring import ProjectMonitoringRules
 from mldiag_schemas.operations import ListOperationsResponse, Operation, WaitOperationRequest
+from mldiag_schemas.pipelines import ListTrainingPipelinesResponse, TrainingPipeline
 from mldiag_schemas.profiling import (
     CaptureProfileRequest,
     ListProfilerSessionsResponse,
@@ -130,6 +131,8 @@ RESOURCE_TYPES: tuple[type[BaseModel], ...] = (
     ModelOperation,
     ListModelsResponse,
     ListModelVersionsResponse,
+    TrainingPipeline,
+    ListTrainingPipelinesResponse,
     MergeVersionAliasesRequest,
     VertexErrorBody,
     UploadedPackage,
