@@ -22,6 +22,9 @@ from mldiag_training.models import handlers as models_handlers
 from mldiag_training.models.artifacts import ArtifactFiles
 from mldiag_training.models.repository import ModelsRepository
 from mldiag_training.models.service import ModelsService
+from mldiag_training.pipelines import handlers as pipelines_handlers
+from mldiag_training.pipelines.repository import PipelinesRepository
+from mldiag_training.pipelines.service import PipelinesService
 from mldiag_training.scheduler import handlers as scheduler_handlers
 from mldiag_training.scheduler.machines import MachineTable
 from mldiag_training.scheduler.repository import SchedulerRepository
@@ -80,14 +83,18 @@ def create_app(settings: TrainingSettings | None = None) -> FastAPI:
             tuning = TuningService(tuning_repository, outbox, tuning_controller)
             # The registry; training pipelines import their models through it too.
             models = ModelsService(ModelsRepository(pool), ArtifactFiles(settings.storage.url))
+            pipelines = PipelinesService(PipelinesRepository(pool), jobs, tuning, models, machines)
 
             scheduler_handlers.register(bus, scheduler)
             tuning_handlers.register(bus, tuning_controller)
+            pipelines_handlers.register(bus, pipelines)
             await bus.start()
             await outbox.flush()  # whatever a crash left staged
             await stack.enter_async_context(running_sweeper(outbox))
             await stack.enter_async_context(scheduler_handlers.running(scheduler))
             await stack.enter_async_context(tuning_handlers.running(tuning_controller))
+            await pipelines.reconcile()  # pipelines a crash left without their job
+            app.state.pipelines = pipelines
             app.state.tuning = tuning
 
             app.state.tokens, app.state.jobs = directory, jobs
@@ -110,4 +117,5 @@ def create_app(settings: TrainingSettings | None = None) -> FastAPI:
     app.include_router(tuning_handlers.router)
     app.include_router(files_handlers.router)
     app.include_router(models_handlers.router)
+    app.include_router(pipelines_handlers.router)
     return app
