@@ -14,7 +14,7 @@ from mldiag.cli.models import build_upload_request, operation_result, version_re
 from mldiag.cli.pipelines import build_pipeline_request
 from mldiag.cli.registry import UsageError
 from mldiag.cli.resources import camel_case_keys, order_by
-from mldiag.cli.tuning import TRIAL_COLUMNS, build_tuning_request, trial_row
+from mldiag.cli.tuning import TRIAL_COLUMNS, build_tuning_request, parameter_rows, trial_row
 from mldiag.training_api import CUSTOM_TASK, TUNING_TASK, parse_resource_name
 
 CAMEL = """\
@@ -383,3 +383,34 @@ def test_trials_as_table_rows() -> None:
         },
     }
     assert trial_row(two)[3] == "acc=0.5,loss=2"
+
+
+def test_the_search_space_as_rows() -> None:
+    parameters = [
+        {
+            "parameterId": "lr",
+            "doubleValueSpec": {"minValue": 0.0001, "maxValue": 0.1},
+            "scaleType": "UNIT_LOG_SCALE",
+        },
+        {
+            "parameterId": "optimizer",
+            "categoricalValueSpec": {"values": ["adam", "sgd"]},
+            "scaleType": "SCALE_TYPE_UNSPECIFIED",
+            "conditionalParameterSpecs": [
+                {
+                    "parentCategoricalValues": {"values": ["sgd"]},
+                    "parameterSpec": {
+                        "parameterId": "momentum",
+                        "discreteValueSpec": {"values": [0.5, 0.9]},
+                    },
+                }
+            ],
+        },
+        {"parameterId": "units", "integerValueSpec": {"minValue": "16", "maxValue": "64"}},
+    ]
+    assert parameter_rows(parameters) == [
+        ("lr", "DOUBLE", "[0.0001, 0.1]", "UNIT_LOG_SCALE"),
+        ("optimizer", "CATEGORICAL", "{adam,sgd}", ""),
+        ("optimizer={sgd}: momentum", "DISCRETE", "{0.5,0.9}", ""),
+        ("units", "INTEGER", "[16, 64]", ""),
+    ]

@@ -247,13 +247,64 @@ def trial_row(trial: JsonObject) -> tuple[str, ...]:
     )
 
 
+PARAMETER_COLUMNS = ("PARAMETER", "TYPE", "DOMAIN", "SCALE")
+"""The columns of the search space table of ``mldiag hp-tuning-jobs describe``."""
+
+_DOMAINS = (
+    ("doubleValueSpec", "DOUBLE"),
+    ("integerValueSpec", "INTEGER"),
+    ("categoricalValueSpec", "CATEGORICAL"),
+    ("discreteValueSpec", "DISCRETE"),
+)
+_CONDITIONS = ("parentDiscreteValues", "parentIntValues", "parentCategoricalValues")
+
+
+def parameter_rows(parameters: list[Any], under: str = "") -> list[tuple[str, ...]]:
+    """The search space as rows of :data:`PARAMETER_COLUMNS` (a conditional parameter
+    follows its parent, as ``parent=values: child``)."""
+    rows: list[tuple[str, ...]] = []
+    for spec in parameters:
+        if not isinstance(spec, dict):
+            continue
+        kind, domain = "", ""
+        for key, name in _DOMAINS:
+            value = spec.get(key)
+            if isinstance(value, dict):
+                kind = name
+                if "values" in value:
+                    domain = "{" + ",".join(number(v) for v in value["values"]) + "}"
+                else:
+                    low, high = value.get("minValue"), value.get("maxValue")
+                    domain = f"[{number(low)}, {number(high)}]"
+        scale = str(spec.get("scaleType", ""))
+        parameter_id = str(spec.get("parameterId", ""))
+        rows.append(
+            (under + parameter_id, kind, domain, "" if scale == "SCALE_TYPE_UNSPECIFIED" else scale)
+        )
+        for child in spec.get("conditionalParameterSpecs") or []:
+            if not isinstance(child, dict):
+                continue
+            condition: dict[str, Any] = next(
+                (child[key] for key in _CONDITIONS if isinstance(child.get(key), dict)), {}
+            )
+            values = ",".join(number(v) for v in condition.get("values") or [])
+            prefix = f"{under}{parameter_id}={{{values}}}: "
+            rows += parameter_rows([child.get("parameterSpec")], prefix)
+    return rows
+
+
 def _describe(ctx: Context, args: argparse.Namespace) -> int:
     with _client(ctx, args) as client:
         job = client.get_tuning_job(args.tuning_job)
 
     def table() -> str:
         fields = {key: value for key, value in job.items() if key != "trials"}
-        text = render_fields((key, cell(value)) for key, value in flatten(fields).items())
+        flat = flatten(fields)
+        parameters = flat.pop("studySpec.parameters", None)
+        text = render_fields((key, cell(value)) for key, value in flat.items())
+        if isinstance(parameters, list) and parameters:
+            rows = parameter_rows(parameters)
+            text += "\n\n" + render_table(PARAMETER_COLUMNS, rows)
         trials = [t for t in job.get("trials") or [] if isinstance(t, dict)]
         if trials:
             text += "\n\n" + render_table(TRIAL_COLUMNS, map(trial_row, trials))
