@@ -48,6 +48,7 @@ from mldiag_schemas.auth import Role, TokenGrant
 from mldiag_schemas.bus import Namespace
 from mldiag_schemas.messages import SUBJECT_OF
 from mldiag_training.scheduler import handlers as training_scheduler
+from mldiag_training.tuning import handlers as training_tuning
 from mldiag_xprof_provisioner.captures.handlers import captures_consumer
 from mldiag_xprof_provisioner.captures.settings import CaptureSettings
 from mldiag_xprof_provisioner.warm import handlers as provisioner_warm
@@ -79,7 +80,12 @@ REAL_CONSUMERS: dict[str, list[ConsumerSpec[Any]]] = {
         captures_consumer(CaptureSettings()),
         provisioner_warm.SESSIONS_CONSUMER,
     ],
-    "training": [training_scheduler.RUNS_CONSUMER, training_scheduler.REPLICAS_CONSUMER],
+    "training": [
+        training_scheduler.RUNS_CONSUMER,
+        training_scheduler.REPLICAS_CONSUMER,
+        training_tuning.TRIAL_JOBS_CONSUMER,
+        training_tuning.TRIAL_METRICS_CONSUMER,
+    ],
     # Two executors: the user is not tied to one executor's durable.
     "executor": [dispatch_consumer("local-a"), dispatch_consumer("local-b")],
 }

@@ -63,6 +63,8 @@ class BusUser:
     listens: tuple[str, ...] = ()
     """Base subject patterns it follows on core NATS."""
     tokens: TokenAccess = "none"
+    reads_last: tuple[StreamSpec, ...] = ()
+    """Streams whose last message on a subject it looks up (``STREAM.MSG.GET``)."""
     declares_streams: bool = False
     everything: bool = False
     """The operator: no restriction at all."""
@@ -181,13 +183,25 @@ SERVICES: tuple[BusUser, ...] = (
                 bus.JOB_STATE_CHANGED,
                 bus.START_REPLICA,
                 bus.STOP_REPLICA,
+                bus.TUNING_JOB_CREATED,
+                bus.TUNING_JOB_STATE_CHANGED,
+                bus.TRIAL_ENDED,
             )
         ),
         consumes=(
             # Replicas start only once the job's run exists.
             Consumes(bus.RUNS, bus.TRAINING_RUNS_DURABLE, _one(bus.RUN_CREATED)),
             Consumes(bus.TRAINING, bus.TRAINING_REPLICAS_DURABLE, "training.replica.*.*"),
+            # The tuning controller: its trials' jobs ending, and their metric points.
+            Consumes(bus.TRAINING, bus.TRAINING_TRIAL_JOBS_DURABLE, _one(bus.JOB_STATE_CHANGED)),
+            Consumes(bus.TELEMETRY, bus.TRAINING_TRIAL_METRICS_DURABLE, _one(bus.METRICS_RECEIVED)),
+            # Training pipelines: the custom and tuning jobs they run changing state.
+            Consumes(
+                bus.TRAINING, bus.TRAINING_PIPELINE_JOBS_DURABLE, "training.*.state_changed.*"
+            ),
         ),
+        # A trial is finalised once its run's last metric points (looked up here) are read.
+        reads_last=(bus.TELEMETRY,),
         # Executors' capacity, repeated every few seconds on core NATS.
         listens=(_one(bus.EXECUTOR_ANNOUNCED),),
         # It grants (and revokes) each job's run-scoped replica token.
@@ -288,6 +302,7 @@ def nats_permissions(user: BusUser, namespace: Namespace) -> dict[str, dict[str,
             f"$JS.ACK.{stream}.{durable}.>",
             namespace.subject(bus.DEADLETTER_PREFIX, consumer.subject),
         ]
+    publish += [f"{api}.STREAM.MSG.GET.{namespace.stream(spec)}" for spec in user.reads_last]
     if user.tokens != "none":
         bucket = namespace.bucket(bus.TOKEN_DIRECTORY_BUCKET)
         kv = f"KV_{bucket}"
