@@ -464,7 +464,7 @@ class Search:
 
     def ask(self) -> Suggestion | None:
         """The next trial; None when a grid search has used every point."""
-        number = len(self._study.trials)
+        number = len(self._study.get_trials(deepcopy=False))
         self._study.sampler = self._sampler(number)
         if self._grid is not None:
             point = self._grid.next_unused(self._used)
@@ -508,11 +508,12 @@ class Search:
         frozen = self._frozen(number)
         if frozen.state != TrialState.RUNNING:
             return False
-        trial = optuna.Trial(self._study, frozen._trial_id)
-        # Storage directly: a later value for the same step replaces the earlier, where
-        # Trial.report would keep the first and warn.
-        trial.storage.set_trial_intermediate_value(frozen._trial_id, step, value)
-        return trial.should_prune()
+        # The storage and the pruner directly, as Trial.report and Trial.should_prune do,
+        # but a later value for the same step replaces the earlier (Trial.report would keep
+        # the first and warn) and no sampler hook runs.
+        storage = self._study._storage
+        storage.set_trial_intermediate_value(frozen._trial_id, step, value)
+        return self._study.pruner.prune(self._study, storage.get_trial(frozen._trial_id))
 
     def tell(self, number: int, values: Sequence[float] | None, *, stopped: bool = False) -> None:
         """End active trial ``number``: with its final ``values`` (one per metric, in the
@@ -771,7 +772,7 @@ def _categorical_problems(values: Sequence[str], path: str) -> Iterator[tuple[st
         if label in first:
             yield (
                 f"{path}.values[{j}]",
-                f"duplicate value {label!r} (also values[{first[label]}])",
+                f"duplicate {label!r} (also values[{first[label]}])",
             )
         else:
             first[label] = j
