@@ -16,15 +16,6 @@ from sdk.cli.training_service import Training, serve_training
 
 pytestmark = pytest.mark.connected
 
-# Marks of the tests whose API was not served yet when they were written (the training
-# service's tuning, pipelines and models rooms were being built in parallel). Remove a mark
-# once its API is served.
-TUNING_API_PENDING = pytest.mark.xfail(
-    reason="hyperparameterTuningJobs not served by the training service yet", strict=False
-)
-PIPELINES_API_PENDING = pytest.mark.xfail(
-    reason="trainingPipelines not served by the training service yet", strict=False
-)
 
 STUDY_SNAKE = """\
 study_spec:
@@ -67,6 +58,7 @@ job_spec:
   - machine_spec: {machine_type: n1-standard-4}
     replica_count: 1
     container_spec: {image_uri: 'python:3.12', command: [python, train.py]}
+  base_output_directory: {output_uri_prefix: 'gs://bucket/pipelines/first'}
 model_to_upload:
   display_name: trained
   container_spec: {image_uri: 'serving:1'}
@@ -110,7 +102,6 @@ def _config(tmp_path: Path, text: str, name: str) -> str:
     return str(path)
 
 
-@TUNING_API_PENDING
 def test_tuning_jobs_from_create_to_delete(
     training: Training, mldiag: Callable[..., Any], tmp_path: Path
 ) -> None:
@@ -207,7 +198,6 @@ def test_tuning_jobs_from_create_to_delete(
     assert "displayName: units-grid" in as_yaml.out
 
 
-@TUNING_API_PENDING
 def test_a_tuning_job_is_cancelled_then_deleted(
     training: Training, mldiag: Callable[..., Any], tmp_path: Path
 ) -> None:
@@ -248,7 +238,6 @@ def test_a_tuning_job_is_cancelled_then_deleted(
     assert missing.err.startswith("error: ") and "not_found" in missing.err
 
 
-@TUNING_API_PENDING
 def test_a_refused_tuning_job_names_the_field_and_creates_nothing(
     training: Training, mldiag: Callable[..., Any], tmp_path: Path
 ) -> None:
@@ -274,7 +263,6 @@ def test_a_refused_tuning_job_names_the_field_and_creates_nothing(
     assert listed["hyperparameterTuningJobs"] == []
 
 
-@PIPELINES_API_PENDING
 def test_training_pipelines_from_create_to_delete(
     training: Training, mldiag: Callable[..., Any], tmp_path: Path
 ) -> None:
