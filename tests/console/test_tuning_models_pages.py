@@ -73,7 +73,7 @@ def _trial_job(trial_id: int) -> str:
 
 
 def _trial(trial_id: int) -> Trial:
-    lr, layers, optimizer, loss, _ = TRIALS[trial_id]
+    lr, layers, optimizer, loss, early = TRIALS[trial_id]
     final = (
         None
         if loss is None
@@ -94,6 +94,7 @@ def _trial(trial_id: int) -> Trial:
         end_time=ago(280 - 40 * trial_id),
         infeasible_reason="no objective metric reported: loss" if loss is None else "",
         custom_job=f"{PARENT}/customJobs/{_trial_job(trial_id)}",
+        stopped_early=early,
     )
 
 
@@ -138,16 +139,6 @@ def _study() -> HyperparameterTuningJob:
     )
 
 
-def _served(job: HyperparameterTuningJob) -> dict[str, Any]:
-    """The study as the API serves it: the trials median stopping ended carry
-    ``stoppedEarly`` (the tuning room's ``tuning_trials.stopped_early``)."""
-    document = job.model_dump(mode="json")
-    for trial in document["trials"]:
-        if TRIALS[int(trial["id"])][4]:
-            trial["stoppedEarly"] = True
-    return document
-
-
 def _version(version: int, aliases: list[str], lineage: ModelLineage | None) -> Model:
     return Model(
         name=f"{PARENT}/models/{MODEL}",
@@ -183,14 +174,10 @@ def _answer(path: str) -> tuple[int, Any]:
     """The training API's answer to a GET of ``path`` (decoded), as the contract shapes it."""
     base = f"/v1/{PARENT}"
     job = _study()
-    study = _served(job)
     listed = ListHyperparameterTuningJobsResponse(hyperparameter_tuning_jobs=[job])
     answers: dict[str, Any] = {
-        f"{base}/hyperparameterTuningJobs": {
-            **listed.model_dump(mode="json"),
-            "hyperparameterTuningJobs": [study],
-        },
-        f"{base}/hyperparameterTuningJobs/{STUDY}": study,
+        f"{base}/hyperparameterTuningJobs": listed.model_dump(mode="json"),
+        f"{base}/hyperparameterTuningJobs/{STUDY}": job.model_dump(mode="json"),
         f"{base}/models": ListModelsResponse(models=[VERSIONS[2]]).model_dump(mode="json"),
         f"{base}/models/{MODEL}": VERSIONS[2].model_dump(mode="json"),
         f"{base}/models/{MODEL}:listVersions": ListModelsResponse(

@@ -403,6 +403,11 @@ class Trial(Contract):
     infeasible_reason: str = Field(default="", description="Why it ended INFEASIBLE.")
     custom_job: str = Field(default="", description="The resource name of its custom job.")
     web_access_uris: dict[str, str] = Field(default_factory=dict, description="Always empty.")
+    stopped_early: bool = Field(
+        default=False,
+        description="mldiag extension: median stopping ended it (the old AI Platform's "
+        "``isTrialStoppedEarly``); the SDK's REST transport ignores unknown fields.",
+    )
 
 
 class HyperparameterTuningJob(Contract):

@@ -118,6 +118,7 @@ def to_trial(project: str, location: str, job_id: str, row: TrialRow) -> Trial:
         end_time=row.end_time,
         infeasible_reason=row.infeasible_reason,
         custom_job=job_name(project, location, row.custom_job_id),
+        stopped_early=row.stopped_early,
     )
 
 
