@@ -47,6 +47,7 @@ from mldiag_schemas import bus
 from mldiag_schemas.auth import Role, TokenGrant
 from mldiag_schemas.bus import Namespace
 from mldiag_schemas.messages import SUBJECT_OF
+from mldiag_training.pipelines import handlers as training_pipelines
 from mldiag_training.scheduler import handlers as training_scheduler
 from mldiag_training.tuning import handlers as training_tuning
 from mldiag_xprof_provisioner.captures.handlers import captures_consumer
@@ -85,6 +86,7 @@ REAL_CONSUMERS: dict[str, list[ConsumerSpec[Any]]] = {
         training_scheduler.REPLICAS_CONSUMER,
         training_tuning.TRIAL_JOBS_CONSUMER,
         training_tuning.TRIAL_METRICS_CONSUMER,
+        training_pipelines.JOBS_CONSUMER,
     ],
     # Two executors: the user is not tied to one executor's durable.
     "executor": [dispatch_consumer("local-a"), dispatch_consumer("local-b")],
