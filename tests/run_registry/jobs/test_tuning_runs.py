@@ -472,7 +472,11 @@ async def test_a_trials_run_has_its_parameters_and_its_outcome(
     await publisher.publish(_job_changed(trial_job, JobState.SUCCEEDED))
     ended = _trial_ended(study, _trial("1", trial_job, 0.87))
     await publisher.publish(ended)
-    run = await wait_until(lambda: _run(api, trial_job), lambda run: "trial_state" in _user(run))
+    # The job's state and the trial's end come on two durables: either may land first.
+    run = await wait_until(
+        lambda: _run(api, trial_job),
+        lambda run: run is not None and run["runPhase"] != "ACTIVE" and "trial_state" in _user(run),
+    )
     assert run is not None
     assert run["runPhase"] == "COMPLETED"
     assert _user(run) == {
@@ -554,4 +558,6 @@ async def test_facts_before_their_runs_wait_for_them(
     )
     assert _user(study_run)["best_accuracy"] == 0.7
     assert _user(study_run)["algorithm"] == "RANDOM_SEARCH"
-    assert await _points(api, study, "best_accuracy") == [(1, 0.7)]
+    # The point is stored just after the configs are merged.
+    points = await wait_until(lambda: _points(api, study, "best_accuracy"))
+    assert points == [(1, 0.7)]
