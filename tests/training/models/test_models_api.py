@@ -381,7 +381,7 @@ async def test_bad_uploads_are_refused_by_name_and_nothing_is_stored(
     error = await refuse({"model": missing}, 400, "model.artifactUri")
     assert "required" in error["message"]
     await refuse({"model": sdk_model("s3://bucket/model")}, 400, "model.artifactUri")
-    await refuse({"model": sdk_model("gs://models/../../etc")}, 400)
+    await refuse({"model": sdk_model("gs://models/../../etc")}, 400, "model.artifactUri")
     error = await refuse(
         {"model": sdk_model(artifacts, explanationSpec={"parameters": {"x": 1}})},
         501,

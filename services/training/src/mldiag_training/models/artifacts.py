@@ -9,8 +9,11 @@ import asyncio
 from pathlib import Path
 from urllib.parse import urlparse
 
-from mldiag_platform.errors import InvalidArgument
+import structlog
+
 from mldiag_platform.storage import GcsStore, ObjectStore, local_path_of_uri
+
+log = structlog.get_logger(__name__)
 
 
 def _holds_a_file(path: Path) -> bool:
@@ -35,14 +38,13 @@ class ArtifactFiles:
         if path is not None:
             return await asyncio.to_thread(_holds_a_file, path)
         parsed = urlparse(uri)
-        store = self._buckets.get(parsed.netloc)
-        if store is None:  # one client per bucket: building one reads credentials
-            store = self._buckets[parsed.netloc] = GcsStore(parsed.netloc)
         prefix = parsed.path.strip("/")
         try:
+            store = self._buckets.get(parsed.netloc)
+            if store is None:  # one client per bucket: building one reads credentials
+                store = self._buckets[parsed.netloc] = GcsStore(parsed.netloc)
             keys = await store.list(f"{prefix}/" if prefix else "")
-        except InvalidArgument:
-            raise
-        except Exception:  # noqa: BLE001  # an unreadable bucket holds nothing to vouch for
+        except Exception:  # an unreadable bucket holds nothing to vouch for
+            log.warning("models.bucket_unreadable", bucket=parsed.netloc, exc_info=True)
             return False
         return bool(keys)

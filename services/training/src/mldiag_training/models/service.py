@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 
 import structlog
 
+from mldiag_platform.errors import InvalidArgument
 from mldiag_platform.listing.filtering import (
     FieldSpec,
     Kind,
@@ -126,7 +127,11 @@ class ModelsService:
         self._artifacts = artifacts
 
     async def _check_files(self, artifact_uri: str, field: str) -> None:
-        if not await self._artifacts.holds_files(artifact_uri):
+        try:
+            holds = await self._artifacts.holds_files(artifact_uri)
+        except InvalidArgument as error:  # a URI storage refuses ('..'): name the field
+            raise invalid(field, error.message) from None
+        if not holds:
             problem = f"{artifact_uri[:200]!r} holds no files: there is no model to register"
             raise NoModelArtifacts(
                 f"{field}: {problem}", details=[{"field": field, "problem": problem}]
