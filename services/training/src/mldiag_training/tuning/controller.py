@@ -278,6 +278,8 @@ class TuningController:
         self._trials: OrderedDict[str, TrialRef] = OrderedDict()
         self._not_trials = _LRUSet(NEGATIVE_CACHE_SIZE)
         self._nudged: set[str] = set()
+        self._creating: set[str] = set()
+        """Trials' custom jobs being created now (another pass need not create them too)."""
         self._wake = asyncio.Event()
 
     # -- the API's hooks
@@ -477,8 +479,12 @@ class TuningController:
         for trial in trials:
             if trial.state in TERMINAL_TRIAL_STATES or trial.job_state is not None:
                 continue
-            if not trial.job_created:
-                await self._create_job(study, trial)
+            if not trial.job_created and trial.custom_job_id not in self._creating:
+                self._creating.add(trial.custom_job_id)
+                try:
+                    await self._create_job(study, trial)
+                finally:
+                    self._creating.discard(trial.custom_job_id)
             elif trial.state is TrialState.STOPPING and not trial.cancel_sent:
                 await self._cancel_job(study, trial)
 
@@ -639,9 +645,17 @@ class _Pass:
             floor = await self._controller.metrics_floor()
         for trial in waiting:
             sequence = trial.metrics_sequence
-            if sequence and (floor is None or floor < sequence):
-                if trial.job_end_time and self._now - trial.job_end_time < self._controller.grace:
-                    continue
+            read = not sequence or (floor is not None and floor >= sequence)
+            # Points of a trial that reported nothing yet may still be on their way (the
+            # launcher's last forward races the replica's exit): give them the grace too.
+            hopeful = read and final_measurement(trial.measurements, self._spec) is None
+            in_grace = (
+                trial.job_end_time is not None
+                and self._now - trial.job_end_time < self._controller.grace
+            )
+            if (not read or hopeful) and in_grace:
+                continue
+            if not read:
                 log.warning(
                     "tuning.trial.finalised_before_metrics",
                     job_id=self._study.job_id,
