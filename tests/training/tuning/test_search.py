@@ -449,6 +449,46 @@ def test_no_stopping_without_the_spec_or_with_several_metrics() -> None:
     assert not search.report(bad.number, 0, 100.0)
 
 
+def _completed(search: Search, curves: list[dict[int, float]]) -> None:
+    for curve in curves:
+        s = search.ask()
+        assert s is not None
+        for step, value in curve.items():
+            search.report(s.number, step, value)
+        search.tell(s.number, [curve[max(curve)]])
+
+
+def test_median_stopping_compares_at_the_last_step_reported_by_then() -> None:
+    """Trials reporting at different steps (or elapsed seconds) still meet: a completed
+    trial counts with what it reported up to the stopped trial's step."""
+    search = Search(_spec(_double("x", 0, 1), medianAutomatedStoppingSpec={}), 0)
+    _completed(search, [{10: 1.0, 20: 0.8, 30: 0.6}] * MEDIAN_STOPPING_STARTUP_TRIALS)
+    early, late = search.ask(), search.ask()
+    assert early is not None
+    assert late is not None
+    assert not search.report(early.number, 5, 50.0)  # nothing completed had reported by 5
+    assert search.report(late.number, 15, 50.0)  # Optuna's MedianPruner: no value at 15
+
+
+def test_median_stopping_uses_vertexs_running_average() -> None:
+    """Vertex: the trial's best value against the median of the completed trials' running
+    averages (here 10, 6, 4.33 at steps 1, 2, 3), not their values at that step."""
+    search = Search(_spec(_double("x", 0, 1), medianAutomatedStoppingSpec={}), 0)
+    _completed(search, [{1: 10.0, 2: 2.0, 3: 1.0}] * MEDIAN_STOPPING_STARTUP_TRIALS)
+    trial = search.ask()
+    assert trial is not None
+    assert not search.report(trial.number, 1, 9.0)
+    assert not search.report(trial.number, 3, 4.0)  # worse than every value at step 3 (1.0)
+    trial = search.ask()
+    assert trial is not None
+    assert search.report(trial.number, 3, 4.5)  # its best, 4.5, is worse than 4.33
+
+
+def test_median_stopping_stops_a_nan_at_once() -> None:
+    search, trial = _median_study("MINIMIZE", medianAutomatedStoppingSpec={})
+    assert search.report(trial.number, 0, math.nan)
+
+
 def test_report_on_an_ended_trial_says_no() -> None:
     search, bad = _median_study("MINIMIZE", medianAutomatedStoppingSpec={})
     search.tell(bad.number, [100.0])

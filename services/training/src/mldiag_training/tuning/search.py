@@ -25,13 +25,19 @@ Mapping (Vertex → Optuna):
 - CATEGORICAL: ``suggest_categorical``.
 - Conditional parameters are suggested define-by-run: a child only when its parent took one
   of the child's condition values.
-- ``medianAutomatedStoppingSpec``: ``MedianPruner(n_startup_trials=5, n_warmup_steps=0)`` on
-  the objective by step; never for several metrics.
+- ``medianAutomatedStoppingSpec``: Vertex's rule as an Optuna pruner (:class:`MedianStopping`):
+  once 5 trials have completed, a trial whose best objective value so far is worse than the
+  median of the completed trials' running averages up to its last step is stopped. Optuna's
+  ``MedianPruner`` compares values at exactly the same step, which never meet when steps are
+  elapsed seconds (``useElapsedDuration``) or trials report at different steps. Never for
+  several metrics.
 """
 
+import bisect
 import itertools
 import math
 import random
+import statistics
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +66,7 @@ from mldiag_schemas.tuning import (
 
 __all__ = [
     "MEDIAN_STOPPING_STARTUP_TRIALS",
+    "MedianStopping",
     "Search",
     "Suggestion",
     "TrialRecord",
@@ -72,6 +79,10 @@ MEDIAN_STOPPING_STARTUP_TRIALS = 5
 
 TPE_STARTUP_TRIALS = 10
 """Random trials TPE runs before it models the space (Optuna's default)."""
+
+TPE_MULTIVARIATE = True
+"""Single-objective TPE models the parameters jointly (Optuna's default models each alone);
+``benchmarks/tuning.py`` compares both."""
 
 REVERSE_LOG_SUFFIX = "~reverse_log"
 """Appended to a reverse-log parameter's id to name the internal log-uniform variable
@@ -311,6 +322,60 @@ def _grid_key(values: Sequence[float | str]) -> tuple[float | str, ...]:
     return tuple(v if isinstance(v, str) else float(v) for v in values)
 
 
+# --- Median stopping ------------------------------------------------------------------------
+
+
+class MedianStopping(optuna.pruners.BasePruner):
+    """Vertex's median automated stopping: once ``startup_trials`` trials have completed,
+    stop a trial whose best objective value so far is worse than the median of the completed
+    trials' performance up to its last step, a completed trial's performance being the
+    running average of the values it reported at steps up to that one (completed trials
+    with no value by then are left out). A NaN best value stops at once, as in Optuna's
+    ``MedianPruner``. Trials stopped early are not completed trials."""
+
+    def __init__(self, startup_trials: int) -> None:
+        self._startup_trials = startup_trials
+        # number -> (steps ascending, running averages): a completed trial never changes.
+        self._curves: dict[int, tuple[list[int], list[float]]] = {}
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        """True when ``trial`` should stop (the Optuna pruner interface)."""
+        step = trial.last_step
+        if step is None:
+            return False
+        completed = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if len(completed) < self._startup_trials:
+            return False
+        reported = list(trial.intermediate_values.values())
+        if any(math.isnan(v) for v in reported):
+            return True
+        minimize = study.direction == StudyDirection.MINIMIZE
+        best = min(reported) if minimize else max(reported)
+        performances = []
+        for other in completed:
+            steps, averages = self._curve(other)
+            at = bisect.bisect_right(steps, step)
+            if at:
+                performances.append(averages[at - 1])
+        if not performances:
+            return False
+        median = statistics.median(performances)
+        return best > median if minimize else best < median
+
+    def _curve(self, trial: FrozenTrial) -> tuple[list[int], list[float]]:
+        curve = self._curves.get(trial.number)
+        if curve is None:
+            steps, averages, total = [], [], 0.0
+            for s, value in sorted(trial.intermediate_values.items()):
+                if math.isnan(value):
+                    continue
+                total += value
+                steps.append(s)
+                averages.append(total / len(steps))
+            curve = self._curves[trial.number] = (steps, averages)
+        return curve
+
+
 # --- The search -----------------------------------------------------------------------------
 
 
@@ -351,9 +416,7 @@ class Search:
         }
         pruner: optuna.pruners.BasePruner = optuna.pruners.NopPruner()
         if spec.median_automated_stopping_spec is not None and self._objectives == 1:
-            pruner = optuna.pruners.MedianPruner(
-                n_startup_trials=MEDIAN_STOPPING_STARTUP_TRIALS, n_warmup_steps=0
-            )
+            pruner = MedianStopping(MEDIAN_STOPPING_STARTUP_TRIALS)
         self._study = optuna.create_study(
             storage=optuna.storages.InMemoryStorage(),
             sampler=self._sampler(0),
@@ -384,7 +447,7 @@ class Search:
         with warnings.catch_warnings():
             # constant_liar, multivariate and group are marked experimental.
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            multivariate = self._objectives == 1
+            multivariate = TPE_MULTIVARIATE and self._objectives == 1
             return optuna.samplers.TPESampler(
                 seed=seed,
                 n_startup_trials=TPE_STARTUP_TRIALS,
