@@ -410,3 +410,53 @@ async def test_a_tuning_task_imports_the_best_trials_model(
         "hyperparameterTuningJob": tuning_name,
         "run": "1234",
     }
+
+
+async def test_model_id_names_a_new_model_and_parent_model_adds_a_version(
+    training_api: httpx.AsyncClient, training_settings: TrainingSettings, publisher: Publisher
+) -> None:
+    first = await _create(training_api, {**_body("named"), "modelId": "digits-classifier"})
+    _write_model(training_settings, "named")
+    await _job_moved(publisher, _id(_backing_job(first)), JobState.SUCCEEDED)
+    done = await _until(training_api, first["name"], "PIPELINE_STATE_SUCCEEDED")
+    model_name = "projects/default/locations/us-central1/models/digits-classifier"
+    assert done["modelToUpload"]["name"] == model_name
+    assert done["modelId"] == "digits-classifier"
+    second = await _create(training_api, {**_body("retrained"), "parentModel": model_name})
+    _write_model(training_settings, "retrained")
+    await _job_moved(publisher, _id(_backing_job(second)), JobState.SUCCEEDED)
+    again = await _until(training_api, second["name"], "PIPELINE_STATE_SUCCEEDED")
+    assert again["modelToUpload"]["name"] == model_name
+    assert again["modelToUpload"]["versionId"] == "2"
+    version = (await training_api.get(f"/v1/{model_name}%402")).json()
+    assert version["artifactUri"] == f"gs://{BUCKET}/retrained/model/"
+    # a third naming a parent that does not exist fails when it imports, saying why
+    third = await _create(
+        training_api,
+        {**_body("orphan"), "parentModel": f"{model_name[: -len('digits-classifier')]}nope"},
+    )
+    _write_model(training_settings, "orphan")
+    await _job_moved(publisher, _id(_backing_job(third)), JobState.SUCCEEDED)
+    failed = await _until(training_api, third["name"], "PIPELINE_STATE_FAILED")
+    assert failed["error"]["code"] == 5  # NOT_FOUND
+    assert failed["error"]["message"].startswith("importing the model: ")
+
+
+async def test_list_pages_and_filters(training_api: httpx.AsyncClient) -> None:
+    names = [
+        (await _create(training_api, _body(f"page{n}", model=False)))["name"] for n in range(3)
+    ]
+    first = (await training_api.get(PIPELINES, params={"pageSize": 2})).json()
+    assert [p["name"] for p in first["trainingPipelines"]] == names[::-1][:2]
+    token = first["nextPageToken"]
+    rest = (await training_api.get(PIPELINES, params={"pageSize": 2, "pageToken": token})).json()
+    assert [p["name"] for p in rest["trainingPipelines"]] == names[:1]
+    assert rest.get("nextPageToken", "") == ""
+    queued = await training_api.get(
+        PIPELINES,
+        params={"filter": 'state=QUEUED AND display_name="ctj"', "orderBy": "create_time"},
+    )
+    assert [p["name"] for p in queued.json()["trainingPipelines"]] == names
+    bad = await training_api.get(PIPELINES, params={"filter": "nope=1"})
+    assert bad.status_code == 400
+    assert bad.json()["error"]["status"] == "INVALID_ARGUMENT"
