@@ -10,14 +10,17 @@ the nav's Models entry lists models with their default version and aliases, and 
 shows every version (aliases, artifact URI, image) with its lineage linked to the study and the
 run.
 
-The training API is answered by a Playwright route from documents built with the contract's
-models (``mldiag_schemas.tuning``, ``mldiag_schemas.models``), never hand-written JSON; the
+The training API is mostly answered by a Playwright route from documents built with the
+contract's models (``mldiag_schemas.tuning``, ``mldiag_schemas.models``), never hand-written
+JSON; the last test serves the real training service beside the registry (no executor: its
+trials stay active) and reads a real study and a real model through the console. The
 registry, the console and the trials' runs are the real ones of ``conftest``.
 """
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -25,11 +28,12 @@ import pytest
 from playwright.sync_api import Page, Route, expect
 
 from console.fake_training import ago
-from console.helpers import Pages, Platform, snap
+from console.helpers import Pages, Platform, snap, wait_for
 from mldiag_schemas.jobs import (
     ContainerSpec,
     CustomJobSpec,
     JobState,
+    MachineSpec,
     VertexErrorBody,
     VertexErrorStatus,
     WorkerPoolSpec,
@@ -52,6 +56,9 @@ from mldiag_schemas.tuning import (
     TrialParameter,
     TrialState,
 )
+from mldiag_training.app import create_app as create_training
+from mldiag_training.settings import TrainingSettings
+from support import served_in_thread
 
 pytestmark = pytest.mark.e2e
 
@@ -126,6 +133,7 @@ def _study() -> HyperparameterTuningJob:
         trial_job_spec=CustomJobSpec(
             worker_pool_specs=[
                 WorkerPoolSpec(
+                    machine_spec=MachineSpec(machine_type="n1-standard-4"),
                     replica_count=1,
                     container_spec=ContainerSpec(image_uri="python:3.12", command=["python"]),
                 )
@@ -197,15 +205,27 @@ def _serve(route: Route) -> None:
     route.fulfill(status=status, content_type="application/json", body=json.dumps(body))
 
 
+TRAINING_PATH = re.compile(r"^/v1/projects/[^/]+/locations/[^/]+/(hyperparameterTuningJobs|models)")
+
+
 def _is_training(url: str) -> bool:
-    path = urlsplit(url).path
-    return "/hyperparameterTuningJobs" in path or "/models" in path
+    return TRAINING_PATH.match(urlsplit(url).path) is not None
 
 
-def _open(pages: Pages, platform: Platform) -> Page:
+def _forward_to(base: str) -> Callable[[Route], None]:
+    def forward(route: Route) -> None:
+        parts = urlsplit(route.request.url)
+        route.continue_(url=f"{base}{parts.path}{'?' + parts.query if parts.query else ''}")
+
+    return forward
+
+
+def _open(pages: Pages, platform: Platform, training_url: str | None = None) -> Page:
+    """A signed-in page whose tuning and model calls are answered by the recorded documents,
+    or forwarded to ``training_url``."""
     page = pages.open(platform.viewer, "#/runs")
     expect(page.get_by_test_id("caller-role")).to_be_visible()
-    page.route(_is_training, _serve)
+    page.route(_is_training, _serve if training_url is None else _forward_to(training_url))
     return page
 
 
@@ -313,3 +333,86 @@ def test_models_list_and_a_models_versions_with_lineage(platform: Platform, page
 
     newest.locator("[data-kind=tuningJob] a").click()
     expect(page.get_by_test_id("study-name")).to_have_text("resnet lr sweep")
+
+
+@pytest.fixture(scope="module")
+def real_training(platform: Platform) -> Iterator[str]:
+    """The training service itself, on the platform's bus and database (no executor)."""
+    services = platform.services
+    assert services is not None
+    settings = TrainingSettings(
+        nats=services.nats,
+        database=services.database,
+        db_schema=f"tm_{services.tag}",
+        storage=services.storage,
+        public_api_url=platform.api_url,
+    )
+    with served_in_thread(create_training(settings)) as url:
+        yield url
+
+
+def test_the_real_training_api_a_study_with_active_trials_and_an_uploaded_model(
+    platform: Platform, pages: Pages, real_training: str, tmp_path: Path
+) -> None:
+    study = _study().model_copy(
+        update={"display_name": "console real study", "trials": [], "state": JobState.UNSPECIFIED}
+    )
+    body = study.model_dump(mode="json", exclude_defaults=True)
+    for output in ("name", "createTime", "startTime", "endTime"):
+        body.pop(output, None)
+    files = tmp_path / "model"
+    files.mkdir()
+    (files / "saved_model.pb").write_bytes(b"weights")
+    upload = {
+        "model": {
+            "displayName": "console real model",
+            "artifactUri": files.as_uri(),
+            "containerSpec": {"imageUri": "serving:real"},
+        }
+    }
+    base = f"{real_training}/v1/{PARENT}"
+    with platform.as_bearer(platform.editor) as client:
+        created = client.post(f"{base}/hyperparameterTuningJobs", json=body)
+        assert created.status_code == 200, created.text
+        job_id = created.json()["name"].rsplit("/", 1)[-1]
+        uploaded = client.post(f"{base}/models:upload", json=upload)
+        assert uploaded.status_code == 200, uploaded.text
+        model_id = uploaded.json()["response"]["model"].rsplit("/", 1)[-1]
+
+        def active() -> list[dict[str, Any]] | None:
+            trials = client.get(f"{base}/hyperparameterTuningJobs/{job_id}").json().get("trials")
+            return trials if trials and len(trials) == 2 else None
+
+        trials = wait_for(active, "the study's first two trials (parallelTrialCount)")
+
+    page = _open(pages, platform, real_training)
+    page.evaluate(f"() => {{ location.hash = '#/tuning/{job_id}'; }}")
+    expect(page.get_by_test_id("study-name")).to_have_text("console real study")
+    table = page.get_by_test_id("trials-table")
+    expect(table.locator("tr[data-trial-id]")).to_have_count(2)
+    for trial in trials:
+        row = table.locator(f'tr[data-trial-id="{trial["id"]}"]')
+        expect(row.get_by_test_id("trial-state")).to_have_text("ACTIVE")
+        lr = next(p["value"] for p in trial["parameters"] if p["parameterId"] == "lr")
+        assert 1e-4 <= lr <= 1e-1
+        expect(row.locator('td[data-parameter="optimizer"]')).to_have_text(
+            re.compile("^(sgd|adam)$")
+        )
+        job = trial["customJob"].rsplit("/", 1)[-1]
+        expect(row.get_by_test_id("trial-run-link")).to_have_attribute("href", f"#/runs/{job}")
+    expect(page.get_by_test_id("study-trials")).to_contain_text("0 / 6 done, 2 running")
+    expect(page.get_by_test_id("parallel-plot")).to_have_attribute("data-lines", "2")
+    expect(page.get_by_test_id("objective-plot")).to_have_attribute("data-points", "0")
+    expect(page.get_by_test_id("live")).to_have_attribute("data-state", "polling")
+
+    page.evaluate(f"() => {{ location.hash = '#/models/{model_id}'; }}")
+    expect(page.get_by_test_id("model-name")).to_have_text("console real model")
+    version = page.locator('[data-testid=versions-table] tr[data-version-id="1"]')
+    expect(version.get_by_test_id("version-default")).to_be_visible()
+    expect(version.get_by_test_id("version-artifact")).to_contain_text(files.as_uri())
+    expect(version.get_by_test_id("version-image")).to_have_text("serving:real")
+    expect(version.get_by_test_id("version-lineage")).to_contain_text("no lineage")
+
+    with platform.as_bearer(platform.editor) as client:
+        cancelled = client.post(f"{base}/hyperparameterTuningJobs/{job_id}:cancel", json={})
+        assert cancelled.status_code == 200, cancelled.text
