@@ -211,10 +211,30 @@ def test_a_tuning_job_is_cancelled_then_deleted(
             "--display-name=c",
             "--config",
             config,
+            "--max-trial-count=3",
             "--format=json",
         )
     )
     first = job["name"].rsplit("/", 1)[1]
+    # Play the controller's part for the first trial: median stopping ended it.
+    _until(
+        lambda: training.sql(
+            "SELECT 1 FROM tuning_trials WHERE tuning_job_id = $1 AND job_created", first
+        ),
+        "the first trial's custom job",
+    )
+    training.sql(
+        "UPDATE tuning_trials SET state = 'SUCCEEDED', stopped_early = true, end_time = now(),"
+        " final_measurement = $2::jsonb WHERE tuning_job_id = $1 AND number = 0",
+        first,
+        json.dumps({"stepCount": "3", "metrics": [{"metricId": "accuracy", "value": 0.75}]}),
+    )
+    described = mldiag("hp-tuning-jobs", "describe", *api, first)
+    assert described.code == 0, described.err
+    row = next(line for line in described.out.splitlines() if line.startswith("1 "))
+    assert row.split()[1] == "SUCCEEDED"
+    assert row.split()[3:5] == ["0.75", "yes"]
+
     running = mldiag("hp-tuning-jobs", "delete", *api, first)
     assert running.code == 1  # not ended: the API refuses, the CLI says why
     assert running.err.startswith("error: ")

@@ -228,9 +228,9 @@ def final_value_cell(trial: JsonObject) -> str:
 
 
 def stopped_early(trial: JsonObject) -> bool:
-    """Whether median stopping ended the trial (``stoppedEarly``; old AI Platform's
-    ``isTrialStoppedEarly`` read too)."""
-    return bool(trial.get("stoppedEarly") or trial.get("isTrialStoppedEarly"))
+    """Whether median stopping ended the trial (``stoppedEarly``, mldiag's extension of
+    Vertex's Trial: the old AI Platform's ``isTrialStoppedEarly``)."""
+    return bool(trial.get("stoppedEarly"))
 
 
 def trial_row(trial: JsonObject) -> tuple[str, ...]:
