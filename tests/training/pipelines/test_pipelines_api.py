@@ -412,7 +412,7 @@ async def test_a_tuning_task_imports_the_best_trials_model(
     }
 
 
-async def test_model_id_names_a_new_model_and_parent_model_adds_a_version(
+async def test_model_id_names_a_new_model_and_parent_model_adds_versions(
     training_api: httpx.AsyncClient, training_settings: TrainingSettings, publisher: Publisher
 ) -> None:
     first = await _create(training_api, {**_body("named"), "modelId": "digits-classifier"})
@@ -430,16 +430,23 @@ async def test_model_id_names_a_new_model_and_parent_model_adds_a_version(
     assert again["modelToUpload"]["versionId"] == "2"
     version = (await training_api.get(f"/v1/{model_name}%402")).json()
     assert version["artifactUri"] == f"gs://{BUCKET}/retrained/model/"
-    # a third naming a parent that does not exist fails when it imports, saying why
-    third = await _create(
-        training_api,
-        {**_body("orphan"), "parentModel": f"{model_name[: -len('digits-classifier')]}nope"},
-    )
-    _write_model(training_settings, "orphan")
+    # a parent that does not exist, or a model id that does, is refused before any job
+    for body, status, field in (
+        ({**_body("orphan"), "parentModel": f"{model_name}-nope"}, 400, "parentModel"),
+        ({**_body("orphan"), "parentModel": "projects/x/locations/y/models/m"}, 400, "parentModel"),
+        ({**_body("orphan"), "modelId": "digits-classifier"}, 409, "modelId"),
+    ):
+        refused = await training_api.post(PIPELINES, json=body)
+        assert refused.status_code == status, refused.text
+        assert refused.json()["error"]["details"][1]["fieldViolations"][0]["field"] == field
+    listed = (await training_api.get(PIPELINES)).json()["trainingPipelines"]
+    assert [p["name"] for p in listed] == [second["name"], first["name"]]
+    # by id works as well as by name
+    third = await _create(training_api, {**_body("by-id"), "parentModel": "digits-classifier"})
+    _write_model(training_settings, "by-id")
     await _job_moved(publisher, _id(_backing_job(third)), JobState.SUCCEEDED)
-    failed = await _until(training_api, third["name"], "PIPELINE_STATE_FAILED")
-    assert failed["error"]["code"] == 5  # NOT_FOUND
-    assert failed["error"]["message"].startswith("importing the model: ")
+    latest = await _until(training_api, third["name"], "PIPELINE_STATE_SUCCEEDED")
+    assert latest["modelToUpload"]["versionId"] == "3"
 
 
 async def test_list_pages_and_filters(training_api: httpx.AsyncClient) -> None:

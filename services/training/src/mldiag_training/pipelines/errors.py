@@ -1,6 +1,12 @@
 """Errors of the training-pipelines API. Each keeps the platform base that gives its status."""
 
-from mldiag_platform.errors import FailedPrecondition, InvalidArgument, NotFound, Unimplemented
+from mldiag_platform.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unimplemented,
+)
 
 
 class InvalidTrainingPipeline(InvalidArgument):
@@ -32,3 +38,9 @@ class PipelineNotTerminal(FailedPrecondition):
     """Only a pipeline that has ended may be deleted."""
 
     code = "pipeline_not_ended"
+
+
+class TargetModelExists(AlreadyExists):
+    """``modelId`` names a model that exists already (name it in ``parentModel`` instead)."""
+
+    code = "already_exists"

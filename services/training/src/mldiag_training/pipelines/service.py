@@ -50,8 +50,10 @@ from mldiag_training.jobs.service import new_job_id
 from mldiag_training.jobs.validation import MachineResolver, check_machines
 from mldiag_training.models.errors import NoModelArtifacts
 from mldiag_training.pipelines.errors import (
+    InvalidTrainingPipeline,
     PipelineNotCancellable,
     PipelineNotTerminal,
+    TargetModelExists,
     TrainingPipelineNotFound,
 )
 from mldiag_training.pipelines.repository import (
@@ -153,6 +155,10 @@ class ModelsApi(Protocol):
         """Register the files at ``artifact_uri`` as a version (once per key)."""
         ...
 
+    async def get(self, project: str, location: str, name: str) -> Model:
+        """A model's default version (``name`` is its id), or NOT_FOUND."""
+        ...
+
 
 def _state(value: str) -> str | None:
     numbers = {state.value: number for number, state in enumerate(PipelineState)}
@@ -230,6 +236,7 @@ class PipelinesService:
             check_machines(request.spec, self._machines)
         except MldiagError as error:
             raise restate(error, request.kind) from None
+        await self._check_model_target(project, location, request.pipeline)
         job = request.job
         labels = {**job.labels, PIPELINE_LABEL: ""}
         for _ in range(5):
@@ -269,6 +276,30 @@ class PipelinesService:
             raise restate(error, request.kind) from None
         log.info("pipelines.created", pipeline_id=pipeline_id, job_id=job_id, kind=request.kind)
         return pipeline
+
+    async def _check_model_target(
+        self, project: str, location: str, pipeline: TrainingPipeline
+    ) -> None:
+        """Refuse now, rather than when the job has run, a ``parentModel`` that does not
+        exist here or a ``modelId`` that does."""
+        parent = pipeline.parent_model
+        if parent:
+            here = f"projects/{project}/locations/{location}/models/"
+            if "/" in parent and not parent.startswith(here):
+                raise _invalid("parentModel", f"{parent} is not a model of {here[:-8]}")
+            try:
+                await self._models.get(project, location, parent.rsplit("/", 1)[-1])
+            except NotFound:
+                raise _invalid("parentModel", f"{parent} does not exist") from None
+        elif pipeline.model_id:
+            try:
+                found = await self._models.get(project, location, pipeline.model_id)
+            except NotFound:
+                return
+            raise TargetModelExists(
+                f"modelId: {found.name} exists already: name it in parentModel to add a version",
+                details=[{"field": "modelId", "resource": found.name}],
+            )
 
     async def _create_job(self, stored: StoredPipeline) -> None:
         project, location, job_id = stored.project, stored.location, stored.job_id
@@ -519,6 +550,12 @@ def _order_value(pipeline: TrainingPipeline, field: str) -> object:
         return pipeline.training_task_definition
     value: object = getattr(pipeline, field)
     return value
+
+
+def _invalid(field: str, problem: str) -> InvalidTrainingPipeline:
+    return InvalidTrainingPipeline(
+        f"{field}: {problem}", details=[{"field": field, "problem": problem}]
+    )
 
 
 def _not_found(project: str, location: str, pipeline_id: str) -> TrainingPipelineNotFound:

@@ -61,8 +61,8 @@ _OUTPUT_ONLY = OUTPUT_ONLY_FIELDS | {to_snake(name) for name in OUTPUT_ONLY_FIEL
 
 MODEL_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 """A model id a caller may choose (Vertex: lowercase letters, digits, ``-`` and ``_``)."""
-PARENT_MODEL = re.compile(r"^projects/[^/]+/locations/[^/]+/models/[a-z0-9][a-z0-9_-]{0,62}$")
-"""``parentModel``: a model's resource name."""
+PARENT_MODEL = re.compile(r"^(projects/[^/]+/locations/[^/]+/models/)?[a-z0-9][a-z0-9_-]{0,62}$")
+"""``parentModel``: a model's resource name (or its id)."""
 
 TaskKind = Literal["custom", "tuning"]
 
@@ -239,7 +239,8 @@ def _check_model_target(pipeline: TrainingPipeline) -> None:
     if pipeline.parent_model and not PARENT_MODEL.fullmatch(pipeline.parent_model):
         raise _invalid(
             "parentModel",
-            f"{pipeline.parent_model[:200]!r} is not projects/{{p}}/locations/{{l}}/models/{{id}}",
+            f"{pipeline.parent_model[:200]!r} is not projects/{{p}}/locations/{{l}}/models/{{id}}"
+            " (nor a model id)",
         )
     if (pipeline.model_id or pipeline.parent_model) and pipeline.model_to_upload is None:
         field = "modelId" if pipeline.model_id else "parentModel"
