@@ -93,6 +93,7 @@ def test_the_sdk_deletes_and_hears_refusals(seen: dict[str, Any]) -> None:
     assert kind == "BadRequest"
     assert "model.artifactUri" in message and "holds no files" in message
     assert seen["afterDelete"] == ["1", "2"]
+    assert seen["updated"] == ["renamed", "iris, twice", {"stage": "prod"}]
     assert seen["deleted"] == "NotFound"
 
 

@@ -294,7 +294,13 @@ async def test_updating_the_model_and_a_version(
     )
     response = await training_api.patch(
         f"/v1/models/{identifier}{SDK_QUERY}&updateMask=displayName,description",
-        json={"displayName": "renamed", "description": "a model", "labels": {"ignored": "x"}},
+        json={
+            "displayName": "renamed",
+            "description": "a model",
+            "labels": {"ignored": "x"},
+            "explanationSpec": {"parameters": {}},  # outside the mask: ignored, as in Vertex
+            "versionId": "9",
+        },
     )
     assert response.status_code == 200, response.text
     assert response.json()["displayName"] == "renamed"

@@ -1,6 +1,6 @@
 """The real ``google-cloud-aiplatform`` SDK (REST transport, in its own venv) against the
 training service alone: ``Model.upload`` (and a version with ``parent_model``), ``list``,
-``Model("<id>@<version or alias>")``, the versioning registry's versions and aliases,
+``Model("<id>@<version or alias>")``, ``update``, the versioning registry's versions and aliases,
 ``delete``, and its exception for an upload without files. The whole stack drives the same
 program in ``tests/e2e/training/test_models.py``."""
 
@@ -76,4 +76,5 @@ def test_the_vertex_sdk_uploads_versions_aliases_lists_and_deletes(
     assert kind == "BadRequest"
     assert "model.artifactUri" in message and "holds no files" in message
     assert seen["afterDelete"] == ["1", "2"]
+    assert seen["updated"] == ["renamed", "iris, twice", {"stage": "prod"}]
     assert seen["deleted"] == "NotFound"

@@ -2,7 +2,7 @@
 
 ``python vertex_sdk_client.py <api url> <token> <gs://bucket/prefix> <image>`` uploads
 models and versions through ``google-cloud-aiplatform`` (REST transport), reads them by
-``@version`` and ``@alias``, lists, moves aliases through the versioning registry, deletes,
+``@version`` and ``@alias``, lists, updates, moves aliases through the versioning registry, deletes,
 and provokes the refusal of an upload without files; it prints one JSON object of what the
 SDK saw. ``<prefix>/v1`` and ``<prefix>/v2`` must hold files, ``<prefix>/empty`` none.
 """
@@ -77,6 +77,10 @@ def main() -> None:
         seen["noFiles"] = [type(error).__name__, error.message]
     registry.delete_version("3")
     seen["afterDelete"] = [v.version_id for v in registry.list_versions()]
+    updated = aiplatform.Model(model_id).update(
+        display_name="renamed", description="iris, twice", labels={"stage": "prod"}
+    )
+    seen["updated"] = [updated.display_name, updated.description, dict(updated.labels)]
     aiplatform.Model(model_id).delete()
     try:
         aiplatform.Model(model_id)

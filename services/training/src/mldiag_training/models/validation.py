@@ -204,9 +204,10 @@ def parse_update(raw: bytes, update_mask: str) -> tuple[Model, list[str]]:
             )
         fields.append(attribute)
     document = _json_object(raw, "a Model")
+    # Fields outside the mask are ignored, as Vertex does (the SDK sends the whole Model back).
     document = {
         key: value
-        for key, value in _clean_model(document, "").items()
+        for key, value in document.items()
         if key in UPDATABLE_FIELDS or key in UPDATABLE_FIELDS.values()
     }
     if "display_name" not in fields:
