@@ -87,8 +87,16 @@ async def _create_run(platform: Platform, run_id: str) -> None:
 
 
 def _launch(
-    platform: Platform, run_id: str, replica: str, attempt_dir: Path, program: list[str]
+    platform: Platform,
+    run_id: str,
+    replica: str,
+    attempt_dir: Path,
+    program: list[str],
+    *,
+    launcher: list[str] | None = None,
 ) -> subprocess.Popen[bytes]:
+    """``launcher`` (the replica launcher by its path, as executors start it, by default)
+    running ``program`` as ``replica`` with the attempt's exit file in ``attempt_dir``."""
     environment = {
         key: value
         for key, value in os.environ.items()
@@ -108,7 +116,7 @@ def _launch(
     exit_file = attempt_dir / "exit.json"
     options = ["--replica", replica, "--exit-file", str(exit_file)]
     return subprocess.Popen(
-        [sys.executable, str(LAUNCHER), *options, "--", *program],
+        [*(launcher or [sys.executable, str(LAUNCHER)]), *options, "--", *program],
         env=environment,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -191,10 +199,21 @@ run.finish()
 """
 
 
+@pytest.mark.parametrize(
+    ("run_id", "launcher"),
+    [
+        ("880002", None),
+        ("880003", [sys.executable, "-m", "mldiag.cli", "run"]),  # mldiag run --replica
+    ],
+    ids=["replica-launcher", "mldiag-run"],
+)
 async def test_the_sdk_call_and_plain_logging_reach_the_run_by_the_objectives_name(
-    platform_apps: Platform, nats_settings: NatsSettings, tmp_path: Path
+    platform_apps: Platform,
+    nats_settings: NatsSettings,
+    tmp_path: Path,
+    run_id: str,
+    launcher: list[str] | None,
 ) -> None:
-    run_id = "880002"
     await _create_run(platform_apps, run_id)
     process = _launch(
         platform_apps,
@@ -202,6 +221,7 @@ async def test_the_sdk_call_and_plain_logging_reach_the_run_by_the_objectives_na
         "workerpool0-0",
         tmp_path / "attempt",
         [sys.executable, "-c", textwrap.dedent(SDK_PROGRAM)],
+        launcher=launcher,
     )
     await _finished(process)
     points = await _points(nats_settings, run_id, {"objective": 3, "fallback/loss": 2})

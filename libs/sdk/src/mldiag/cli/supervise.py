@@ -299,9 +299,11 @@ def _replica(
     os.environ[CREATE_RUN_ENV] = "0"
     # cloudml-hypertune's reports: a file of this attempt unless the user chose one (the
     # library's default is shared by every trial on the machine). The launcher set it already.
-    os.environ[METRIC_FILE_ENV] = os.environ.get(METRIC_FILE_ENV) or str(
-        attempt_metric_file(exit_file)
-    )
+    if not os.environ.get(METRIC_FILE_ENV):
+        metric_file = attempt_metric_file(exit_file)
+        with contextlib.suppress(OSError):  # the library makes it too
+            metric_file.parent.mkdir(parents=True, exist_ok=True)
+        os.environ[METRIC_FILE_ENV] = str(metric_file)
     launched_at = time.time() if launched_at is None else launched_at
     if interval is None:
         interval = env_seconds(os.environ, "MLDIAG_SYSTEM_METRICS_INTERVAL", 10.0)
