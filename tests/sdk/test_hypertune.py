@@ -176,6 +176,23 @@ def test_garbage_lines_are_counted_and_skipped(tmp_path: Path) -> None:
     assert reader.bad_lines == 2
 
 
+def test_of_a_file_that_only_grows_the_end_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hypertune, "MAX_READ_BYTES", 1000)
+    path = tmp_path / "output.metrics"
+    lines = [
+        hypertune.format_entry("a", float(step), step, timestamp=float(step), trial="0")
+        for step in range(100)
+    ]
+    path.write_text("".join(f"{line}\n" for line in lines))
+    reader = MetricFileReader(path)
+    steps = [report.step for report in reader.read()]
+    assert steps == list(range(100 - len(steps), 100))
+    assert 0 < len(steps) < 100
+    assert reader.bad_lines == 0  # the line cut by the start of the read is not garbage
+
+
 def test_reports_without_a_step_are_numbered_per_tag(tmp_path: Path) -> None:
     path = tmp_path / "output.metrics"
     reader = MetricFileReader(path)

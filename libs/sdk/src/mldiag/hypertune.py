@@ -56,6 +56,9 @@ MAX_ENTRIES = 100
 POLL_SECONDS = 0.5
 """How often the launcher looks at the file while the program runs."""
 
+MAX_READ_BYTES = 1 << 20
+"""Of a file larger than this (not the library's: it keeps 100 lines), only its end is read."""
+
 _RESERVED = frozenset({"timestamp", "trial", "global_step", "checkpoint_path"})
 """Keys of a report that are not metrics."""
 
@@ -224,7 +227,7 @@ class MetricFileReader:
             # goes unseen until the next change, or the final read.
             return []
         try:
-            text = self.path.read_bytes().decode("utf-8", "replace")
+            text = _tail(self.path, stat.st_size)
         except OSError:
             return []
         parsed = parse(text, final=final)
@@ -254,6 +257,17 @@ class MetricFileReader:
         step = self._counts.get(tag, 0)
         self._counts[tag] = step + 1
         return step
+
+
+def _tail(path: Path, size: int) -> str:
+    """The file's text; of a file over :data:`MAX_READ_BYTES`, its whole lines in the last
+    ones (something appending for ever must not make each look cost more)."""
+    with path.open("rb") as handle:
+        if size <= MAX_READ_BYTES:
+            return handle.read().decode("utf-8", "replace")
+        handle.seek(size - MAX_READ_BYTES)
+        data = handle.read()
+    return data[data.find(b"\n") + 1 :].decode("utf-8", "replace")
 
 
 class MetricFileForwarder:
