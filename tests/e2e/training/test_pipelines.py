@@ -5,7 +5,8 @@ one API address, the real executor running real processes, and the real
 - ``CustomContainerTrainingJob(...).run(...)`` returns the ``Model`` its job wrote to
   ``AIP_MODEL_DIR``, readable as ``Model("<id>@1")``, with the pipeline and job as lineage;
 - ``CustomPythonPackageTrainingJob`` installs an sdist from ``gs://`` and does the same;
-- a job that writes no model fails its pipeline, and the SDK raises with the reason.
+- a job that writes no model fails its pipeline, and the SDK raises with the reason;
+- a tuning task (over REST: the SDK has no class for it) imports its best trial's model.
 """
 
 import io
@@ -14,6 +15,7 @@ import os
 import subprocess
 import tarfile
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ pytestmark = pytest.mark.e2e
 
 HERE = Path(__file__).parent
 SCENARIOS = ("container", "package", "no_model")
+TERMINAL = {"PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED", "PIPELINE_STATE_CANCELLED"}
 
 TRAINER = """
 import os, sys
@@ -135,3 +138,60 @@ def test_a_job_without_a_model_fails_its_pipeline_by_name(vertex: dict[str, Any]
     assert seen["raised"] == "RuntimeError"
     assert seen["pipeline"]["state"] == "PIPELINE_STATE_FAILED"
     assert "no model artifacts in AIP_MODEL_DIR (gs://mldiag-staging/" in seen["message"]
+
+
+TRIAL = (
+    "import os, sys, mldiag; x = float(sys.argv[-1].split('=')[1]); "
+    "d = os.environ['AIP_MODEL_DIR']; os.makedirs(d, exist_ok=True); "
+    "open(os.path.join(d, 'x.txt'), 'w').write(str(x)); "
+    "mldiag.report_hyperparameter_tuning_metric('loss', (x - 2) ** 2, global_step=1)"
+)
+"""A trial: writes its x as its model and reports loss (x - 2)², through the replica's
+hypertune metric file."""
+
+
+def test_a_tuning_pipeline_imports_the_best_trials_model(stack: Stack) -> None:
+    base = "gs://mldiag-staging/tuning-pipeline"
+    pool = {
+        "machine_spec": {"machine_type": "e2-standard-4"},
+        "replica_count": 1.0,
+        "container_spec": {"image_uri": "python", "command": ["python", "-c", TRIAL]},
+    }
+    body = {
+        "displayName": "tuned-pipeline",
+        "trainingTaskDefinition": "gs://google-cloud-aiplatform/schema/trainingjob/definition/"
+        "hyperparameter_tuning_task_1.0.0.yaml",
+        "trainingTaskInputs": {
+            "study_spec": {
+                "metrics": [{"metric_id": "loss", "goal": "MINIMIZE"}],
+                "parameters": [
+                    {"parameter_id": "x", "discrete_value_spec": {"values": [1.0, 2.0, 4.0]}}
+                ],
+                "algorithm": "GRID_SEARCH",
+            },
+            "max_trial_count": 3.0,
+            "parallel_trial_count": 3.0,
+            "trial_job_spec": {
+                "worker_pool_specs": [pool],
+                "base_output_directory": {"output_uri_prefix": base},
+            },
+        },
+        "modelToUpload": {"displayName": "best-x", "containerSpec": {"imageUri": "serving:1"}},
+    }
+    url = f"{stack.api}/v1/projects/default/locations/us-central1/trainingPipelines"
+    created = httpx.post(url, json=body, headers=stack.auth, timeout=30)
+    assert created.status_code == 200, created.text
+    name = created.json()["name"]
+    deadline = time.monotonic() + 180
+    while (pipeline := _get(stack, name))["state"] not in TERMINAL:
+        assert time.monotonic() < deadline, f"{name} still {pipeline['state']}"
+        time.sleep(0.5)
+    assert pipeline["state"] == "PIPELINE_STATE_SUCCEEDED", pipeline
+    tuning = _get(stack, pipeline["trainingTaskMetadata"]["backingHyperparameterTuningJob"])
+    assert tuning["state"] == "JOB_STATE_SUCCEEDED"
+    [best] = [t for t in tuning["trials"] if t["parameters"][0]["value"] == 2.0]
+    version = _get(stack, f"{pipeline['modelToUpload']['name']}@1")
+    assert version["artifactUri"] == f"{base}/{best['id']}/model/"
+    assert (_storage(stack, version["artifactUri"]) / "x.txt").read_text() == "2.0"
+    assert version["lineage"]["customJob"] == best["customJob"]
+    assert version["lineage"]["hyperparameterTuningJob"] == tuning["name"]
