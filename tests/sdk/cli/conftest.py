@@ -1,4 +1,5 @@
-"""A real run-registry (and ingestion) on free ports for the CLI's connected tests."""
+"""A real run-registry (and ingestion), and a real training service, on free ports for the
+CLI's connected tests."""
 
 import logging
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ from mldiag_ingestion.settings import IngestionSettings
 from mldiag_platform.settings import DatabaseSettings, NatsSettings
 from mldiag_run_registry.app import create_app as create_registry
 from mldiag_run_registry.settings import RunRegistrySettings
+from sdk.cli.training_service import Training, serve_training
 from support import served_in_thread
 
 
@@ -85,3 +87,18 @@ def mldiag(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
         return Result(code, captured.out, captured.err)
 
     return run
+
+
+@pytest.fixture
+def training(
+    nats_settings: NatsSettings,
+    database_settings: DatabaseSettings,
+    db_schema: str,
+    api_tokens: ApiTokens,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Training]:
+    """The training service, served; the CLI's token (``MLDIAG_TOKEN``) is an editor's."""
+    monkeypatch.setenv("MLDIAG_TOKEN", api_tokens.editor)
+    with serve_training(nats_settings, database_settings, db_schema, tmp_path / "storage") as t:
+        yield t

@@ -1,107 +1,18 @@
 """``mldiag jobs`` against a real training service (real NATS, PostgreSQL and file://
 storage), invoked in-process as a person or a script would."""
 
-import asyncio
 import json
-import logging
-import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
-import structlog
 
-from conftest import ApiTokens
-from mldiag_platform.settings import DatabaseSettings, NatsSettings, StorageSettings
-from mldiag_training.app import create_app
-from mldiag_training.settings import TrainingSettings
-from support import served_in_thread
+from sdk.cli.training_service import Training
 
 pytestmark = pytest.mark.connected
 
 CONTAINER = "--worker-pool-spec=machine-type=n1-standard-4,container-image-uri=python:3.12"
-
-
-@dataclass(frozen=True)
-class Training:
-    """A served training API, its storage root and its tables."""
-
-    api_url: str
-    storage: Path
-    database_url: str
-    schema: str
-
-    def sql(self, query: str, *params: Any) -> Any:
-        """Run one statement on the service's schema (arranging what the scheduler would)."""
-
-        async def run() -> Any:
-            connection = await asyncpg.connect(self.database_url)
-            try:
-                await connection.execute(f'SET search_path TO "{self.schema}"')
-                return await connection.fetch(query, *params)
-            finally:
-                await connection.close()
-
-        return asyncio.run(run())
-
-    def end_when_created(self, state: str, log: bytes = b"") -> threading.Thread:
-        """In the background: once a job exists, write its chief's log and end it."""
-
-        def work() -> None:
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                rows = self.sql("SELECT job_id FROM custom_jobs WHERE state = 'JOB_STATE_QUEUED'")
-                if rows:
-                    job = rows[0]["job_id"]
-                    path = self.storage / f"jobs/{job}/logs/workerpool0-0/attempt-0/stdout.log"
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_bytes(log)
-                    time.sleep(0.3)
-                    self.sql(
-                        "UPDATE custom_jobs SET state = $2, end_time = now() WHERE job_id = $1",
-                        job,
-                        state,
-                    )
-                    return
-                time.sleep(0.1)
-
-        thread = threading.Thread(target=work, daemon=True)
-        thread.start()
-        return thread
-
-
-@pytest.fixture
-def training(
-    nats_settings: NatsSettings,
-    database_settings: DatabaseSettings,
-    db_schema: str,
-    api_tokens: ApiTokens,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Training]:
-    """The training service, served; the CLI's token (``MLDIAG_TOKEN``) is an editor's."""
-    monkeypatch.setenv("MLDIAG_TOKEN", api_tokens.editor)
-    storage = tmp_path / "storage"
-    settings = TrainingSettings(
-        nats=nats_settings,
-        database=database_settings,
-        db_schema=db_schema,
-        storage=StorageSettings(url=f"file://{storage}"),
-        logs_poll_seconds=0.05,
-        tick_seconds=3600.0,  # the test plays the scheduler's part
-    )
-    # The server's info events would land in the stdout the CLI's output is read from.
-    saved = structlog.get_config()
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    try:
-        with served_in_thread(create_app(settings)) as url:
-            yield Training(url, storage, database_settings.url, db_schema)
-    finally:
-        structlog.configure(**saved)
 
 
 def _json(result: Any) -> Any:

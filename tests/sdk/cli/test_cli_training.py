@@ -4,15 +4,13 @@ script would."""
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import ApiTokens
-from mldiag_platform.settings import DatabaseSettings, NatsSettings
-from sdk.cli.training_service import Training, serve_training
+from sdk.cli.training_service import Training
 
 pytestmark = pytest.mark.connected
 
@@ -64,21 +62,6 @@ model_to_upload:
   container_spec: {image_uri: 'serving:1'}
 labels: {team: ml}
 """
-
-
-@pytest.fixture
-def training(
-    nats_settings: NatsSettings,
-    database_settings: DatabaseSettings,
-    db_schema: str,
-    api_tokens: ApiTokens,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Training]:
-    """The training service, served; the CLI's token (``MLDIAG_TOKEN``) is an editor's."""
-    monkeypatch.setenv("MLDIAG_TOKEN", api_tokens.editor)
-    with serve_training(nats_settings, database_settings, db_schema, tmp_path / "storage") as t:
-        yield t
 
 
 def _json(result: Any) -> Any:

@@ -3,6 +3,8 @@ CLI's connected tests, and a way to read its tables."""
 
 import asyncio
 import logging
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,7 +30,8 @@ class Training:
     schema: str
 
     def sql(self, query: str, *params: Any) -> Any:
-        """Run one statement on the service's schema."""
+        """Run one statement on the service's schema (arranging what the scheduler or a
+        controller would)."""
 
         async def run() -> Any:
             connection = await asyncpg.connect(self.database_url)
@@ -39,6 +42,31 @@ class Training:
                 await connection.close()
 
         return asyncio.run(run())
+
+    def end_when_created(self, state: str, log: bytes = b"") -> threading.Thread:
+        """In the background: once a custom job exists, write its chief's log and end it."""
+
+        def work() -> None:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                rows = self.sql("SELECT job_id FROM custom_jobs WHERE state = 'JOB_STATE_QUEUED'")
+                if rows:
+                    job = rows[0]["job_id"]
+                    path = self.storage / f"jobs/{job}/logs/workerpool0-0/attempt-0/stdout.log"
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(log)
+                    time.sleep(0.3)
+                    self.sql(
+                        "UPDATE custom_jobs SET state = $2, end_time = now() WHERE job_id = $1",
+                        job,
+                        state,
+                    )
+                    return
+                time.sleep(0.1)
+
+        thread = threading.Thread(target=work, daemon=True)
+        thread.start()
+        return thread
 
 
 @contextmanager
