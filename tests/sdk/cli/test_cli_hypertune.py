@@ -7,11 +7,13 @@ tag, the step its ``global_step``, each report once, the chief's only.
 """
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 import textwrap
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -182,6 +184,18 @@ async def test_the_chiefs_library_reports_reach_the_run_once_each_and_a_workers_
     # the library writes global_step "0" when none is given
     assert points["training/hptuning/metric"] == [("workerpool0-0", 0, 0.5)]
     assert set(points) == {"accuracy", "training/hptuning/metric"}
+    # and they were in before the exit file told the executor the replica ended (the tuning
+    # controller finalises a trial once its job ended)
+    ended_at = datetime.fromisoformat(json.loads((chief_dir / "exit.json").read_text())["ended_at"])
+    received = [
+        message.occurred_at
+        for message in await read_messages(
+            nats_settings, bus.METRICS_RECEIVED, MetricPointsReceived
+        )
+        if message.run_id == run_id
+    ]
+    assert received
+    assert max(received) <= ended_at
 
 
 SDK_PROGRAM = """

@@ -82,6 +82,8 @@ _CREATE_WAIT_SECONDS = 5.0
 _REPLICA_SHUTDOWN_SECONDS = 5.0
 """Most seconds a replica's launcher spends flushing telemetry after the program ended."""
 _REPLICA_HEARTBEAT_SECONDS = 10.0
+_REPORTS_FLUSH_SECONDS = 2.0
+"""Most seconds a replica's forwarded tuning reports may hold its exit file back."""
 _NEAR_LIMIT = 0.9
 _OOM_MARKERS = (
     "MemoryError",
@@ -539,6 +541,11 @@ class Supervisor:
         sampler = self._start_sampler(process.pid)
         returncode = self._wait(process)
         self._forward_reports(final=True)  # before _end_run flushes the run's metrics
+        if self._hypertune is not None and self._hypertune.forwarded:
+            # The tuning controller finalises a trial once its job ended: the trial's reports
+            # should reach the run before the exit file tells the executor (bounded: an
+            # unreachable platform gets them from the spool later).
+            self._run.flush(_REPORTS_FLUSH_SECONDS)
         if sampler is not None:
             sampler.stop()
         deadline = time.monotonic() + _DRAIN_SECONDS
