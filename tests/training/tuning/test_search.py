@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from mldiag_schemas.tuning import StudySpec
 from mldiag_training.tuning.search import (
     MEDIAN_STOPPING_STARTUP_TRIALS,
+    TPE_STARTUP_TRIALS,
     Search,
     Suggestion,
     TrialRecord,
@@ -549,7 +550,7 @@ def test_default_algorithm_improves_on_a_smooth_problem(metrics: list[dict[str, 
         search.tell(s.number, [loss] if len(metrics) == 1 else [loss, -loss])
     best = search.best()
     assert best
-    assert best[0] >= 10  # a random start trial is not the best after 40
+    assert best[0] >= TPE_STARTUP_TRIALS  # a random start trial is not the best after 40
 
 
 # --- Checks -------------------------------------------------------------------------------
