@@ -8,14 +8,16 @@ from typing import Any
 
 import pytest
 
-from mldiag_platform.errors import InvalidArgument, MldiagError, Unimplemented
+from mldiag_platform.errors import FailedPrecondition, InvalidArgument, MldiagError, Unimplemented
 from mldiag_schemas.jobs import CustomJob
 from mldiag_schemas.pipelines import CUSTOM_TASK_DEFINITION, TUNING_TASK_DEFINITION
 from mldiag_schemas.tuning import Algorithm, GoalType, HyperparameterTuningJob
+from mldiag_training.pipelines.errors import InvalidTrainingPipeline
 from mldiag_training.pipelines.validation import (
     model_dir,
     normalise_struct,
     parse_training_pipeline,
+    restate,
 )
 
 OUTPUT = "gs://mldiag-staging/aiplatform-custom-training-2026-12-04-22:07:26.806"
@@ -291,3 +293,32 @@ def test_model_dirs_are_vertexs() -> None:
     assert model_dir("gs://b/out") == "gs://b/out/model/"
     assert model_dir("gs://b/out/") == "gs://b/out/model/"
     assert model_dir("gs://b/out", "3") == "gs://b/out/3/model/"
+
+
+@pytest.mark.parametrize(
+    ("kind", "field", "expected"),
+    [
+        ("custom", "jobSpec.workerPoolSpecs[1]", "trainingTaskInputs.workerPoolSpecs[1]"),
+        (
+            "tuning",
+            "jobSpec.workerPoolSpecs[1]",
+            "trainingTaskInputs.trialJobSpec.workerPoolSpecs[1]",
+        ),
+        ("tuning", "studySpec.metrics", "trainingTaskInputs.studySpec.metrics"),
+        ("custom", "displayName", "displayName"),
+    ],
+)
+def test_a_jobs_refusal_is_restated_about_the_pipeline_keeping_its_kind(
+    kind: Any, field: str, expected: str
+) -> None:
+    refusal = FailedPrecondition(
+        f"{field}: no executor seen in the last 5 minutes fits it",
+        details=[{"field": field, "problem": "fits on no executor"}],
+    )
+    restated = restate(refusal, kind)
+    assert type(restated) is FailedPrecondition
+    assert restated.details == [{"field": expected, "problem": "fits on no executor"}]
+    assert restated.message == f"{expected}: no executor seen in the last 5 minutes fits it"
+    invalid = restate(InvalidArgument(f"{field}: bad", details=[{"field": field}]), kind)
+    assert isinstance(invalid, InvalidTrainingPipeline)
+    assert invalid.details[0]["field"] == expected

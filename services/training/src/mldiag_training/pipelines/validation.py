@@ -122,7 +122,7 @@ def reroot(field: str, kind: TaskKind) -> str:
 
 def restate(error: MldiagError, kind: TaskKind) -> MldiagError:
     """``error`` (about the job's document: ``jobSpec.…``, ``studySpec.…``) restated about
-    the pipeline's body (``trainingTaskInputs.…``); errors of other kinds pass unchanged."""
+    the pipeline's body (``trainingTaskInputs.…``), of the pipelines' kind where there is one."""
     details: list[Any] = []
     message = error.message
     for number, detail in enumerate(error.details):
@@ -136,10 +136,12 @@ def restate(error: MldiagError, kind: TaskKind) -> MldiagError:
         elif number == 0:
             message = f"{new}: {message}"
         details.append({**detail, "field": new})
-    kind_of = UnsupportedPipelineField if isinstance(error, Unimplemented) else None
-    if kind_of is None and not isinstance(error, InvalidArgument):
-        return error
-    return (kind_of or InvalidTrainingPipeline)(message, details=details)
+    if isinstance(error, Unimplemented):
+        return UnsupportedPipelineField(message, details=details)
+    if isinstance(error, InvalidArgument):
+        return InvalidTrainingPipeline(message, details=details)
+    # Others keep their kind (a pool no executor fits is FAILED_PRECONDITION).
+    return type(error)(message, details=details)
 
 
 def _refuse_unsupported(document: dict[str, Any]) -> None:
