@@ -467,3 +467,21 @@ async def test_list_pages_and_filters(training_api: httpx.AsyncClient) -> None:
     bad = await training_api.get(PIPELINES, params={"filter": "nope=1"})
     assert bad.status_code == 400
     assert bad.json()["error"]["status"] == "INVALID_ARGUMENT"
+
+
+async def test_a_pipeline_whose_job_is_gone_fails_at_start_saying_so(
+    restartable: Any, training_db: asyncpg.Pool
+) -> None:
+    async with restartable() as api:
+        pipeline = await _create(api, _body("gone", model=False))
+    job_id = _id(_backing_job(pipeline))
+    # the job ended and was deleted while the service was down, its fact never read
+    await training_db.execute("DELETE FROM custom_jobs WHERE job_id = $1", job_id)
+    async with restartable() as api:
+        failed = await _get(api, pipeline["name"])
+    assert failed["state"] == "PIPELINE_STATE_FAILED"
+    assert failed["error"] == {
+        "code": 5,
+        "message": f"the pipeline's job {job_id} was deleted",
+        "details": [],
+    }

@@ -526,21 +526,28 @@ class PipelinesService:
                 return
             try:
                 await self._create_job(stored)
-            except MldiagError as error:
-                if error.http_status >= 500:
+            except MldiagError as refused:
+                if refused.http_status >= 500:
                     raise
                 await self._end(
                     stored,
                     PipelineState.FAILED,
-                    RpcStatus(code=_rpc_code(error), message=error.message),
+                    RpcStatus(code=_rpc_code(refused), message=refused.message),
                 )
                 return
-        if stored.kind == "custom":
-            job = await self._jobs.get(stored.project, stored.location, stored.job_id)
-            await self._follow(stored, job.state, job.error, None)
-        else:
-            tuning = await self._tuning.get(stored.project, stored.location, stored.job_id)
-            await self._follow(stored, tuning.state, tuning.error, None)
+        try:
+            if stored.kind == "custom":
+                job = await self._jobs.get(stored.project, stored.location, stored.job_id)
+                state, error = job.state, job.error
+            else:
+                tuning = await self._tuning.get(stored.project, stored.location, stored.job_id)
+                state, error = tuning.state, tuning.error
+        except NotFound:
+            # Deleted once it had ended, before this pipeline heard how: nothing will say.
+            gone = RpcStatus(code=5, message=f"the pipeline's job {stored.job_id} was deleted")
+            await self._end(stored, PipelineState.FAILED, gone)
+            return
+        await self._follow(stored, state, error, None)
 
 
 def _order_value(pipeline: TrainingPipeline, field: str) -> object:
