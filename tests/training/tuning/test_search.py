@@ -335,6 +335,79 @@ def test_a_rebuilt_search_continues_the_study(algorithm: str) -> None:
     assert rebuilt.best() == [active.number]
 
 
+_DOMAINS = st.sampled_from(
+    [
+        _double("a", -1, 1),
+        _double("a", 1e-4, 1, "UNIT_LOG_SCALE"),
+        _double("a", 0.5, 0.999, "UNIT_REVERSE_LOG_SCALE"),
+        _integer("a", -5, 5),
+        _integer("a", 1, 1000, "UNIT_LOG_SCALE"),
+        _integer("a", 2, 64, "UNIT_REVERSE_LOG_SCALE"),
+        _discrete("a", 0.1, 0.2, 0.3, 0.4),
+        _discrete("a", 1e-3, 1e-2, 0.5),
+        _categorical("a", "p", "q", "r"),
+    ]
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    domains=st.lists(_DOMAINS, min_size=1, max_size=3),
+    algorithm=st.sampled_from(["ALGORITHM_UNSPECIFIED", "RANDOM_SEARCH"]),
+    outcomes=st.lists(
+        st.tuples(
+            st.sampled_from(["succeeded", "infeasible", "stopped", "active"]), st.floats(0, 1)
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    seed=st.integers(0, 2**40),
+)
+def test_a_rebuilt_search_suggests_what_the_original_would(
+    domains: list[dict[str, Any]], algorithm: str, outcomes: list[tuple[str, float]], seed: int
+) -> None:
+    """Every mapping round-trips: the trials table's values rebuild the same Optuna study,
+    so the next suggestion is the same (whatever the trials' states) and in the domain."""
+    parameters = [{**d, "parameterId": f"p{i}"} for i, d in enumerate(domains)]
+    spec = _spec(*parameters, algorithm=algorithm, medianAutomatedStoppingSpec={})
+    original = Search(spec, seed)
+    history = []
+    for state, value in outcomes:
+        s = original.ask()
+        assert s is not None
+        curve = {1: value + 1, 2: value + 0.5, 3: value}
+        for step, v in curve.items():
+            original.report(s.number, step, v)
+        if state == "succeeded":
+            original.tell(s.number, [value])
+        elif state == "stopped":
+            original.tell(s.number, [value], stopped=True)
+        elif state == "infeasible":
+            original.tell(s.number, None)
+        values = (value,) if state in ("succeeded", "stopped") else None
+        history.append(TrialRecord(s.number, s.parameters, state, values, curve))  # type: ignore[arg-type]
+    rebuilt = Search(spec, seed, history)
+    assert rebuilt.best() == original.best()
+    expected, got = original.ask(), rebuilt.ask()
+    assert got == expected
+    assert got is not None
+    for parameter in spec.parameters:
+        given = got.parameters[parameter.parameter_id]
+        if parameter.categorical_value_spec is not None:
+            assert given in parameter.categorical_value_spec.values
+            continue
+        assert isinstance(given, float)
+        if parameter.double_value_spec is not None:
+            assert parameter.double_value_spec.min_value <= given
+            assert given <= parameter.double_value_spec.max_value
+        elif parameter.integer_value_spec is not None:
+            assert given.is_integer()
+            assert parameter.integer_value_spec.min_value <= given
+            assert given <= parameter.integer_value_spec.max_value
+        elif parameter.discrete_value_spec is not None:
+            assert given in parameter.discrete_value_spec.values
+
+
 def test_history_must_be_numbered_in_order() -> None:
     spec = _spec(_double("x", 0, 1))
     with pytest.raises(ValueError, match=r"0\.\.n-1"):
