@@ -9,14 +9,18 @@ import asyncpg
 import httpx
 import pytest
 
+from conftest import ApiTokens
 from mldiag_platform.bus import Publisher
 from mldiag_platform.settings import NatsSettings
 from mldiag_schemas import bus
+from mldiag_schemas.auth import Role
 from mldiag_schemas.jobs import JobState, RpcStatus
 from mldiag_schemas.replicas import CustomJobCreated, CustomJobStateChanged
 from mldiag_schemas.telemetry import MetricColumns, MetricPointsReceived
 from mldiag_schemas.tuning import TrialEnded, TuningJobCreated, TuningJobStateChanged
-from support import read_messages, wait_until
+from mldiag_training.app import create_app
+from mldiag_training.settings import TrainingSettings
+from support import read_messages, serving, wait_until
 from training.tuning.bodies import sdk_tuning_job, study_spec
 
 pytestmark = pytest.mark.connected
@@ -361,3 +365,120 @@ async def test_a_grid_ends_when_exhausted(
     assert done["state"] == "JOB_STATE_SUCCEEDED"
     values = sorted(t["parameters"][0]["value"] for t in done["trials"])
     assert values == [16, 32, 64]
+
+
+async def test_median_stopping_stops_a_bad_trial_which_ends_with_its_measurements(
+    training_api: httpx.AsyncClient,
+    training_db: asyncpg.Pool,
+    publisher: Publisher,
+    nats_settings: NatsSettings,
+) -> None:
+    spec = study_spec(medianAutomatedStoppingSpec={})
+    job_id = ident(
+        await create(training_api, studySpec=spec, maxTrialCount=6, parallelTrialCount=1)
+    )
+    for number in range(1, 6):  # five good trials: the median's baseline
+        [trial] = [
+            t for t in await trials_of(training_api, job_id, number) if t["id"] == str(number)
+        ]
+        custom = ident(trial["customJob"])
+        await report(publisher, custom, [1.0, 0.9, 0.8])
+        await end(publisher, custom)
+    [bad] = [t for t in await trials_of(training_api, job_id, 6) if t["id"] == "6"]
+    custom = ident(bad["customJob"])
+    await report(publisher, custom, [5.0, 4.9])  # worse than the median at every step
+    # The controller cancels its job (nobody else does here), which ends it.
+    await wait_until(
+        lambda: training_db.fetchval("SELECT state FROM custom_jobs WHERE job_id = $1", custom),
+        lambda state: state in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"),
+    )
+    done = await ended(training_api, job_id)
+    assert done["state"] == "JOB_STATE_SUCCEEDED"
+    stopped = done["trials"][5]
+    assert stopped["state"] == "SUCCEEDED"  # stopped early, with what it had measured
+    assert stopped["finalMeasurement"]["metrics"] == [{"metricId": "loss", "value": 4.9}]
+    facts = await wait_until(
+        lambda: read_messages(nats_settings, bus.TRIAL_ENDED, TrialEnded),
+        lambda found: len(found) == 6,
+    )
+    assert [f.stopped_early for f in facts if f.trial_job_id == custom] == [True]
+
+
+async def test_a_restarted_controller_resumes_the_study_without_losing_or_repeating_trials(
+    training_settings: TrainingSettings,
+    api_tokens: ApiTokens,
+    training_db: asyncpg.Pool,
+    publisher: Publisher,
+) -> None:
+    headers = api_tokens.headers(Role.EDITOR)
+    async with serving(create_app(training_settings), headers) as api:
+        job_id = ident(await create(api, maxTrialCount=5, parallelTrialCount=2))
+        first = await trials_of(api, job_id, 2)
+        await report(publisher, ident(first[0]["customJob"]), [0.5])
+        await end(publisher, ident(first[0]["customJob"]))
+        await trials_of(api, job_id, 3)
+    # Down: trial 2 and 3 run on. A crash between a trial's row and its job: trial 4's row
+    # is committed without its job.
+    await training_db.execute(
+        "INSERT INTO tuning_trials (tuning_job_id, number, custom_job_id, state, parameters,"
+        " start_time) VALUES ($1, 3, '1999999999999999999', 'ACTIVE',"
+        ' \'[{"parameterId": "lr", "value": 0.01}, {"parameterId": "batch",'
+        ' "value": 32}]\'::jsonb, now())',
+        job_id,
+    )
+    await training_db.execute(
+        "UPDATE tuning_jobs SET revision = revision + 1 WHERE job_id = $1", job_id
+    )
+    async with serving(create_app(training_settings), headers) as api:
+        # At start the reconcile creates trial 4's job (once).
+        await wait_until(
+            lambda: training_db.fetchval(
+                "SELECT count(*) FROM custom_jobs WHERE job_id = '1999999999999999999'"
+            ),
+            lambda count: count == 1,
+        )
+        trials = await trials_of(api, job_id, 4)
+        for trial in trials[1:]:
+            await report(publisher, ident(trial["customJob"]), [0.4])
+            await end(publisher, ident(trial["customJob"]))
+        last = [t for t in await trials_of(api, job_id, 5) if t["id"] == "5"]
+        await report(publisher, ident(last[0]["customJob"]), [0.3])
+        await end(publisher, ident(last[0]["customJob"]))
+        done = await ended(api, job_id)
+    assert done["state"] == "JOB_STATE_SUCCEEDED"
+    assert [t["id"] for t in done["trials"]] == ["1", "2", "3", "4", "5"]
+    assert all(t["state"] == "SUCCEEDED" for t in done["trials"])
+    jobs = [ident(t["customJob"]) for t in done["trials"]]
+    assert len(set(jobs)) == 5
+    assert (
+        await training_db.fetchval(
+            "SELECT count(*) FROM custom_jobs WHERE labels->>'mldiag-tuning-job' = $1", job_id
+        )
+        == 5
+    )
+
+
+async def test_a_trial_job_created_twice_by_id_is_created_once(
+    training_api: httpx.AsyncClient, training_db: asyncpg.Pool, nats_settings: NatsSettings
+) -> None:
+    job_id = ident(await create(training_api, maxTrialCount=1, parallelTrialCount=1))
+    [trial] = await trials_of(training_api, job_id, 1)
+    custom = ident(trial["customJob"])
+    await wait_until(
+        lambda: read_messages(nats_settings, bus.JOB_CREATED, CustomJobCreated),
+        lambda found: any(c.job_id == custom for c in found),
+    )
+    # Another pass (a restart's reconcile) asks again: the job is answered, not re-announced.
+    await training_db.execute(
+        "UPDATE tuning_trials SET job_created = false WHERE custom_job_id = $1", custom
+    )
+    await training_db.execute(
+        "UPDATE tuning_jobs SET revision = revision + 1 WHERE job_id = $1", job_id
+    )
+    await wait_until(
+        lambda: training_db.fetchval(
+            "SELECT job_created FROM tuning_trials WHERE custom_job_id = $1", custom
+        )
+    )
+    created = await read_messages(nats_settings, bus.JOB_CREATED, CustomJobCreated)
+    assert [c.job_id for c in created].count(custom) == 1

@@ -400,9 +400,12 @@ class TuningController:
                 if before.get(measurement.step_count) == measurement:
                     continue
                 value = _objective(measurement, spec)
-                if value is None or state is not TrialState.ACTIVE or trial.job_state:
+                if value is None:
                     continue
-                if search.report(number, _objective_step(measurement, spec), value):
+                # Recorded even once the job has ended (points can trail its end): the
+                # median of later trials counts it. Only a running trial is stopped.
+                stop = search.report(number, _objective_step(measurement, spec), value)
+                if stop and state is TrialState.ACTIVE and trial.job_state is None:
                     state = TrialState.STOPPING
                     log.info(
                         "tuning.trial.stopping",
@@ -625,21 +628,24 @@ class _Pass:
 
     async def run(self) -> None:
         """Finalise, decide, suggest; stage the facts."""
-        await self._finalise_ended()
+        if await self._finalise_ended():
+            await self._judge_running()
         await self._update_best()
         await self._decide()
         await self._unit.stage(self._facts)
 
     # -- finalising trials
 
-    async def _finalise_ended(self) -> None:
+    async def _finalise_ended(self) -> bool:
+        """Finalise the trials whose jobs ended and whose points are in; whether any was."""
         waiting = [
             t
             for t in self._unit.trials
             if t.state not in TERMINAL_TRIAL_STATES and t.job_state is not None
         ]
+        finalised = False
         if not waiting:
-            return
+            return finalised
         floor = None
         if any(t.metrics_sequence for t in waiting):
             floor = await self._controller.metrics_floor()
@@ -664,6 +670,34 @@ class _Pass:
                     floor=floor,
                 )
             await self._finalise(trial)
+            finalised = True
+        return finalised
+
+    async def _judge_running(self) -> None:
+        """A trial ended, so the median moved: judge each running trial's latest objective
+        again (it may report no further step before it ends)."""
+        spec = self._spec
+        if spec.median_automated_stopping_spec is None:
+            return
+        for trial in self._running():
+            if trial.state is not TrialState.ACTIVE:
+                continue
+            latest = next(
+                (m for m in reversed(trial.measurements) if _objective(m, spec) is not None),
+                None,
+            )
+            value = _objective(latest, spec) if latest is not None else None
+            if latest is None or value is None:
+                continue
+            if self._search.report(trial.number, _objective_step(latest, spec), value):
+                await self._unit.save_trial(replace(trial, state=TrialState.STOPPING))
+                log.info(
+                    "tuning.trial.stopping",
+                    job_id=self._study.job_id,
+                    trial=trial.trial_id,
+                    step=latest.step_count,
+                    value=value,
+                )
 
     async def _finalise(self, trial: TrialRow) -> None:
         spec = self._spec
