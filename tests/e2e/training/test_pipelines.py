@@ -6,6 +6,7 @@ one API address, the real executor running real processes, and the real
   ``AIP_MODEL_DIR``, readable as ``Model("<id>@1")``, with the pipeline and job as lineage;
 - ``CustomPythonPackageTrainingJob`` installs an sdist from ``gs://`` and does the same;
 - a job that writes no model fails its pipeline, and the SDK raises with the reason;
+- the SDK cancels a pipeline (and so its job) and lists it;
 - a tuning task (over REST: the SDK has no class for it) imports its best trial's model.
 """
 
@@ -28,7 +29,7 @@ from stacks import Stack, running_stack
 pytestmark = pytest.mark.e2e
 
 HERE = Path(__file__).parent
-SCENARIOS = ("container", "package", "no_model")
+SCENARIOS = ("container", "package", "no_model", "cancel")
 TERMINAL = {"PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED", "PIPELINE_STATE_CANCELLED"}
 
 TRAINER = """
@@ -138,6 +139,14 @@ def test_a_job_without_a_model_fails_its_pipeline_by_name(vertex: dict[str, Any]
     assert seen["raised"] == "RuntimeError"
     assert seen["pipeline"]["state"] == "PIPELINE_STATE_FAILED"
     assert "no model artifacts in AIP_MODEL_DIR (gs://mldiag-staging/" in seen["message"]
+
+
+def test_the_sdk_cancels_a_pipeline_and_its_job(stack: Stack, vertex: dict[str, Any]) -> None:
+    seen = vertex["cancel"]
+    assert seen["state"] == "PIPELINE_STATE_CANCELLED"
+    assert seen["listed"] is True
+    job = _get(stack, seen["pipeline"]["backingCustomJob"])
+    assert job["state"] == "JOB_STATE_CANCELLED"
 
 
 TRIAL = (

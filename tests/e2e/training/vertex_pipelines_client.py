@@ -7,6 +7,7 @@ imports mldiag: this is a Vertex user's program.
 
 import json
 import sys
+import time
 from typing import Any
 
 from google.cloud import aiplatform
@@ -88,7 +89,32 @@ def no_model() -> dict[str, Any]:
     return {"raised": None, "pipeline": _pipeline(job)}
 
 
-SCENARIOS = {"container": container, "package": python_package, "no_model": no_model}
+def cancel() -> dict[str, Any]:
+    job = aiplatform.CustomContainerTrainingJob(
+        display_name="e2e-cancel",
+        container_uri="python",
+        command=["python", "-c", "import time; time.sleep(600)"],
+        model_serving_container_image_uri=SERVING,
+    )
+    job.run(replica_count=1, machine_type="e2-standard-4", model_display_name="never", sync=False)
+    job.wait_for_resource_creation()
+    job.cancel()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        state = aiplatform.CustomContainerTrainingJob.get(job.resource_name).state.name
+        if state == "PIPELINE_STATE_CANCELLED":
+            break
+        time.sleep(0.5)
+    listed = [found.resource_name for found in aiplatform.CustomContainerTrainingJob.list()]
+    return {"state": state, "listed": job.resource_name in listed, "pipeline": _pipeline(job)}
+
+
+SCENARIOS = {
+    "container": container,
+    "package": python_package,
+    "no_model": no_model,
+    "cancel": cancel,
+}
 
 
 def main() -> None:
