@@ -482,3 +482,54 @@ async def test_a_trial_job_created_twice_by_id_is_created_once(
     )
     created = await read_messages(nats_settings, bus.JOB_CREATED, CustomJobCreated)
     assert [c.job_id for c in created].count(custom) == 1
+
+
+async def test_study_stopping_config_ends_the_search_early(
+    training_api: httpx.AsyncClient, publisher: Publisher
+) -> None:
+    # No better value for two ended trials in a row: the study asks for no more.
+    spec = study_spec(studyStoppingConfig={"maxNumTrialsNoProgress": 2})
+    job_id = ident(
+        await create(training_api, studySpec=spec, maxTrialCount=8, parallelTrialCount=1)
+    )
+    finished: set[str] = set()
+
+    async def step() -> dict[str, Any]:
+        job = await get(training_api, job_id)
+        for trial in job.get("trials", []):
+            custom = ident(trial["customJob"])
+            if custom not in finished:
+                finished.add(custom)
+                await report(publisher, custom, [0.5 if trial["id"] == "1" else 0.9])
+                await end(publisher, custom)
+        return job
+
+    done = await wait_until(step, lambda j: j["state"] == "JOB_STATE_SUCCEEDED", timeout=30)
+    # Trial 1 was the best; 2 and 3 made no progress. The next trial starts when a job ends,
+    # before the ended trial is judged, so a fourth may have run.
+    assert len(done["trials"]) in (3, 4)
+
+
+async def test_should_stop_asap_stops_the_running_trials_when_a_rule_fires(
+    training_api: httpx.AsyncClient, training_db: asyncpg.Pool
+) -> None:
+    spec = study_spec(
+        studyStoppingConfig={
+            "shouldStopAsap": True,
+            "maximumRuntimeConstraint": {"maxDuration": "1s"},
+        }
+    )
+    job_id = ident(await create(training_api, studySpec=spec, maxTrialCount=8))
+    trials = await trials_of(training_api, job_id, 2)
+    # Nobody reports: the runtime rule fires, both trials' jobs are cancelled (by the
+    # scheduler, as no executor runs them), and they end INFEASIBLE (nothing measured).
+    done = await ended(training_api, job_id)
+    assert len(done["trials"]) == 2
+    assert {t["state"] for t in done["trials"]} == {"INFEASIBLE"}
+    states = await training_db.fetch(
+        "SELECT state FROM custom_jobs WHERE job_id = ANY($1::text[])",
+        [ident(t["customJob"]) for t in trials],
+    )
+    assert {s["state"] for s in states} == {"JOB_STATE_CANCELLED"}
+    assert done["state"] == "JOB_STATE_FAILED"  # no trial reported the objective
+    assert "no trial reported the objective metric 'loss'" in done["error"]["message"]

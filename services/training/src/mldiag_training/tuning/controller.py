@@ -704,7 +704,7 @@ class _Pass:
         final = final_measurement(trial.measurements, spec)
         stopped = trial.state is TrialState.STOPPING
         reason = ""
-        if trial.job_state is JobState.SUCCEEDED or (stopped and final is not None):
+        if trial.job_state is JobState.SUCCEEDED or stopped:  # stopped: by the controller
             if final is None:
                 metrics = ", ".join(repr(m.metric_id) for m in spec.metrics)
                 reason = f"no objective metric reported: {metrics}"
