@@ -533,3 +533,27 @@ async def test_should_stop_asap_stops_the_running_trials_when_a_rule_fires(
     assert {s["state"] for s in states} == {"JOB_STATE_CANCELLED"}
     assert done["state"] == "JOB_STATE_FAILED"  # no trial reported the objective
     assert "no trial reported the objective metric 'loss'" in done["error"]["message"]
+
+
+async def test_a_trial_whose_job_someone_cancelled_is_infeasible(
+    training_api: httpx.AsyncClient,
+) -> None:
+    # The short route form, as for custom jobs.
+    response = await training_api.post(
+        "/v1/hyperparameterTuningJobs",
+        json=sdk_tuning_job(maxTrialCount=1, parallelTrialCount=1, maxFailedTrialCount=1),
+    )
+    assert response.status_code == 200, response.text
+    job_id = ident(response.json())
+    [trial] = await trials_of(training_api, job_id, 1)
+    cancelled = await training_api.post(f"/v1/customJobs/{ident(trial['customJob'])}:cancel")
+    assert cancelled.status_code == 200, cancelled.text
+    done = await ended(training_api, job_id)
+    [trial] = done["trials"]
+    assert trial["state"] == "INFEASIBLE"
+    assert trial["infeasibleReason"] == "its custom job was cancelled"
+    assert done["state"] == "JOB_STATE_FAILED"
+    listed = await training_api.get(
+        "/v1/hyperparameterTuningJobs", params={"filter": "state=FAILED"}
+    )
+    assert [ident(j) for j in listed.json()["hyperparameterTuningJobs"]] == [job_id]
