@@ -396,6 +396,8 @@ async def test_median_stopping_stops_a_bad_trial_which_ends_with_its_measurement
     assert done["state"] == "JOB_STATE_SUCCEEDED"
     stopped = done["trials"][5]
     assert stopped["state"] == "SUCCEEDED"  # stopped early, with what it had measured
+    assert stopped["stoppedEarly"] is True
+    assert not any(t["stoppedEarly"] for t in done["trials"][:5])
     assert stopped["finalMeasurement"]["metrics"] == [{"metricId": "loss", "value": 4.9}]
     facts = await wait_until(
         lambda: read_messages(nats_settings, bus.TRIAL_ENDED, TrialEnded),
