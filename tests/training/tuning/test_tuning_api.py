@@ -29,6 +29,13 @@ SDK_QUERY = "?%24alt=json%3Benum-encoding%3Dint"
 PATH = "/v1/projects/default/locations/local/hyperparameterTuningJobs"
 
 
+@pytest.fixture
+def training_settings(training_settings: TrainingSettings) -> TrainingSettings:
+    """The service's settings, with a short wait for trials that measured nothing (they
+    end INFEASIBLE in several tests)."""
+    return training_settings.model_copy(update={"tuning_metrics_grace_seconds": 1.0})
+
+
 async def create(api: httpx.AsyncClient, **fields: Any) -> dict[str, Any]:
     response = await api.post(PATH + SDK_QUERY, json=sdk_tuning_job(**fields))
     assert response.status_code == 200, response.text
