@@ -11,9 +11,9 @@ executor running trials with this interpreter. Trials are tiny Python scripts th
 ``cloudml-hypertune`` metric file themselves (its exact format, no library needed here).
 
 1. overhead: a study of N trials (default 20, about a second each), one at a time; each
-   trial stamps ``time.time()`` as its first statement and just before it exits. Figure: the next trial's
-   first statement minus the previous trial's last one. Goal: p50 ≤ 500 ms. Next to it, the
-   raw floor: a Python process started by ``subprocess.Popen`` here.
+   trial stamps ``time.time()`` as its first statement and just before it exits. Figure:
+   the next trial's first statement minus the previous trial's last one. Goal: p50 ≤ 500
+   ms. Next to it, the raw floor: a Python process started by ``subprocess.Popen`` here.
 2. crash: a study of T trials (default 100), 4 in parallel; the training service (the
    controller) is killed -9 once a third of the trials have run (its supervisor starts it
    again). Reported: the job's state, trials created, succeeded, infeasible, trials that ran
