@@ -25,7 +25,7 @@ import type { Scope } from "../scope";
 import type { Session } from "../session";
 import { errorBox, facts, kv, labelChips } from "../ui";
 import { logViewer } from "./joblogs";
-import { jobStateBadge, Poller, replicaStateBadge, unavailableNotice } from "./jobparts";
+import { jobStateBadge, liveMark, Poller, replicaStateBadge, unavailableNotice } from "./jobparts";
 
 export function jobPage(session: Session, scope: Scope, jobId: string, query: URLSearchParams): HTMLElement {
   const parent = parentOf(query);
@@ -38,7 +38,7 @@ export function jobPage(session: Session, scope: Scope, jobId: string, query: UR
   const spec = h("section", { class: "card job-spec", testid: "job-spec" }, h("h3", {}, "Spec"));
   const replicasTable = h("table", { class: "table replicas-table", testid: "replicas-table" });
   const replicasError = h("div");
-  const live = h("span", { class: "live", testid: "live", title: "Refreshed every 2 s until the job ends" });
+  const live = liveMark("Refreshed every 2 s until the job ends", "");
   const logs = logViewer(session, scope, parent, jobId, query.get("replica") ?? "workerpool0-0", (replica) => {
     replaceHash(jobHref(parent, jobId, { replica }));
     for (const row of replicasTable.querySelectorAll<HTMLElement>("tr[data-replica]")) {
@@ -209,17 +209,13 @@ export function jobPage(session: Session, scope: Scope, jobId: string, query: UR
     return !terminal;
   }
 
-  const poller = new Poller(scope, load, (state) => {
-    live.className = `live ${state === "polling" ? "live" : ""}`;
-    live.dataset["state"] = state;
-    live.textContent = state === "polling" ? "● live" : state === "retrying" ? "○ retrying" : "";
-  });
+  const poller = new Poller(scope, load, live.onState);
   poller.now();
 
   return h(
     "div",
     { class: "page job-page", dataset: { jobId } },
-    h("div", { class: "page-head" }, h("a", { href: jobsHref(parent) }, "← Jobs"), h("span", { class: "spacer" }), live),
+    h("div", { class: "page-head" }, h("a", { href: jobsHref(parent) }, "← Jobs"), h("span", { class: "spacer" }), live.el),
     errorSlot,
     header,
     body,

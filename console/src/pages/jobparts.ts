@@ -39,6 +39,20 @@ export function unavailableNotice(error: unknown): HTMLElement {
 export type PollState = "polling" | "idle" | "retrying";
 
 /**
+ * The "● live" mark of a polled view and the {@link Poller} callback that keeps it current;
+ * `idle` is what it reads once nothing shown is still going.
+ */
+export function liveMark(title: string, idle: string): { el: HTMLElement; onState: (state: PollState) => void } {
+  const el = h("span", { class: "live", testid: "live", title });
+  const onState = (state: PollState): void => {
+    el.className = `live ${state === "polling" ? "live" : ""}`;
+    el.dataset["state"] = state;
+    el.textContent = state === "polling" ? "● live" : state === "retrying" ? "○ retrying" : idle;
+  };
+  return { el, onState };
+}
+
+/**
  * Runs `load` now, then again every {@link POLL_MS} while it answers true (something shown has
  * not ended); stops when it answers false. A load that throws an "unavailable" error is retried
  * after {@link RETRY_MS}; any other error stops (the view shows it). `now()` refreshes at once.

@@ -30,7 +30,7 @@ import {
   tuningJobPath,
 } from "../tuning";
 import { errorBox, facts, labelChips } from "../ui";
-import { jobStateBadge, Poller, unavailableNotice } from "./jobparts";
+import { jobStateBadge, liveMark, Poller, unavailableNotice } from "./jobparts";
 import { objectivePlot, parallelPlot } from "./studyplots";
 
 export function studyPage(session: Session, scope: Scope, jobId: string, query: URLSearchParams): HTMLElement {
@@ -46,7 +46,7 @@ export function studyPage(session: Session, scope: Scope, jobId: string, query: 
   const trialsTable = h("table", { class: "table trials-table", testid: "trials-table" });
   const compare = h("a", { class: "button primary disabled", testid: "compare-trials", href: "#/compare" }, "Compare selected trials");
   const selection = h("span", { class: "muted hint", testid: "trials-selected" });
-  const live = h("span", { class: "live", testid: "live", title: "Refreshed every 2 s until the study ends" });
+  const live = liveMark("Refreshed every 2 s until the study ends", "");
   const metricSelect = h("select", { testid: "objective-metric", title: "The metric the plots and the table's value follow" });
   metricSelect.addEventListener("change", () => {
     metricId = metricSelect.value;
@@ -269,17 +269,13 @@ export function studyPage(session: Session, scope: Scope, jobId: string, query: 
     return !isTerminal(job.state);
   }
 
-  const poller = new Poller(scope, load, (state) => {
-    live.className = `live ${state === "polling" ? "live" : ""}`;
-    live.dataset["state"] = state;
-    live.textContent = state === "polling" ? "● live" : state === "retrying" ? "○ retrying" : "";
-  });
+  const poller = new Poller(scope, load, live.onState);
   poller.now();
 
   return h(
     "div",
     { class: "page study-page", dataset: { jobId } },
-    h("div", { class: "page-head" }, h("a", { href: tuningJobsHref(parent) }, "← Tuning jobs"), h("span", { class: "spacer" }), live),
+    h("div", { class: "page-head" }, h("a", { href: tuningJobsHref(parent) }, "← Tuning jobs"), h("span", { class: "spacer" }), live.el),
     errorSlot,
     header,
     body,
