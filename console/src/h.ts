@@ -1,6 +1,6 @@
 // A tiny DOM builder: h("tr", {dataset: {runId}}, h("td", {}, name)).
 
-type Child = Node | string | number | null | undefined | false | Child[];
+export type Child = Node | string | number | null | undefined | false | Child[];
 
 type Handler<K extends keyof HTMLElementEventMap> = (event: HTMLElementEventMap[K]) => void;
 
