@@ -6,12 +6,14 @@ Any location that is a resource id works (``local``, or a Vertex region such as
 """
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple, TypeVar, cast
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel
 
 from mldiag_platform import resources
+from mldiag_platform.errors import InvalidPageSize
+from mldiag_platform.http import query_param
 from mldiag_schemas.auth import Permission
 from mldiag_training.errors import InvalidResourceId
 
@@ -28,6 +30,55 @@ def _job_id(job_id: Annotated[str, resources.id_path("The custom job's id (digit
 
 JobIdPath = Annotated[str, Depends(_job_id)]
 """The job id of the path, checked."""
+
+
+T = TypeVar("T")
+
+
+def app_service(name: str, kind: type[T]) -> Callable[[Request], T]:  # noqa: ARG001 - types T
+    """A dependency answering the service the app keeps as ``app.state.<name>`` (``kind``
+    only types it: the app sets it up once, in its lifespan)."""
+
+    def service(request: Request) -> T:
+        return cast(T, getattr(request.app.state, name))
+
+    service.__name__ = f"{name}_service"
+    return service
+
+
+class ListQuery(NamedTuple):
+    """A list route's query parameters, in the order of the services' list methods'
+    ``requested_size, page_token, filter_text, order_by``."""
+
+    page_size: int | None
+    page_token: str
+    filter: str
+    order_by: str
+
+
+def page_size_param(request: Request) -> int | None:
+    """``pageSize`` (or ``page_size``) as a number, None when absent."""
+    value = query_param(request, "pageSize", "page_size")
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        problem = f"must be a whole number, got {value[:40]!r}"
+        raise InvalidPageSize(
+            f"pageSize {problem}", details=[{"field": "pageSize", "problem": problem}]
+        ) from None
+
+
+def list_query(request: Request) -> ListQuery:
+    """``pageSize``, ``pageToken``, ``filter`` and ``orderBy`` (camelCase or snake_case),
+    or ``invalid_page_size`` for a size that is no number."""
+    return ListQuery(
+        page_size_param(request),
+        query_param(request, "pageToken", "page_token") or "",
+        request.query_params.get("filter", ""),
+        query_param(request, "orderBy", "order_by") or "",
+    )
 
 
 def route(

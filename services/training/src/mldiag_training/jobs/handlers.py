@@ -8,8 +8,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 
-from mldiag_platform.errors import InvalidPageSize
-from mldiag_platform.http import query_param
 from mldiag_platform.resources import ParentDep
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.jobs import (
@@ -20,31 +18,13 @@ from mldiag_schemas.jobs import (
 )
 from mldiag_training.jobs.service import JobsService
 from mldiag_training.jobs.validation import parse_custom_job
-from mldiag_training.resources import JobIdPath, route
+from mldiag_training.resources import JobIdPath, app_service, list_query, route
 from mldiag_training.vertex import VertexResponse
 
 router = APIRouter()
 
 
-def _service(request: Request) -> JobsService:
-    service: JobsService = request.app.state.jobs
-    return service
-
-
-ServiceDep = Annotated[JobsService, Depends(_service)]
-
-
-def _page_size(request: Request) -> int | None:
-    value = query_param(request, "pageSize", "page_size")
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        problem = f"must be a whole number, got {value[:40]!r}"
-        raise InvalidPageSize(
-            f"pageSize {problem}", details=[{"field": "pageSize", "problem": problem}]
-        ) from None
+ServiceDep = Annotated[JobsService, Depends(app_service("jobs", JobsService))]
 
 
 @route(
@@ -70,10 +50,7 @@ async def list_custom_jobs(request: Request, parent: ParentDep, service: Service
     page = await service.list_jobs(
         parent.project,
         parent.location,
-        _page_size(request),
-        query_param(request, "pageToken", "page_token") or "",
-        request.query_params.get("filter", ""),
-        query_param(request, "orderBy", "order_by") or "",
+        *list_query(request),
     )
     return VertexResponse(page, request)
 

@@ -11,7 +11,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 
-from mldiag_platform.errors import InvalidPageSize
 from mldiag_platform.http import query_param
 from mldiag_platform.resources import ParentDep, id_path
 from mldiag_schemas.auth import Permission
@@ -28,7 +27,7 @@ from mldiag_schemas.models import (
 from mldiag_training.errors import InvalidResourceId
 from mldiag_training.models.service import ModelsService
 from mldiag_training.models.validation import parse_merge_aliases, parse_update, parse_upload
-from mldiag_training.resources import checked_id, route
+from mldiag_training.resources import app_service, checked_id, list_query, route
 from mldiag_training.vertex import VertexResponse
 
 router = APIRouter()
@@ -36,12 +35,7 @@ router = APIRouter()
 _REF = re.compile(rf"^(?:\d{{1,9}}|-|{ALIAS_PATTERN[1:-1]})$")
 
 
-def _service(request: Request) -> ModelsService:
-    service: ModelsService = request.app.state.models
-    return service
-
-
-ServiceDep = Annotated[ModelsService, Depends(_service)]
+ServiceDep = Annotated[ModelsService, Depends(app_service("models", ModelsService))]
 
 
 def _model_name(
@@ -66,19 +60,6 @@ def _operation_id(
     operation_id: Annotated[str, id_path("The operation's id (digits).")],
 ) -> str:
     return checked_id(operation_id, "operation_id")
-
-
-def _page_size(request: Request) -> int | None:
-    value = query_param(request, "pageSize", "page_size")
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        problem = f"must be a whole number, got {value[:40]!r}"
-        raise InvalidPageSize(
-            f"pageSize {problem}", details=[{"field": "pageSize", "problem": problem}]
-        ) from None
 
 
 def _answer(
@@ -111,10 +92,7 @@ async def list_models(request: Request, parent: ParentDep, service: ServiceDep) 
     page = await service.list_models(
         parent.project,
         parent.location,
-        _page_size(request),
-        query_param(request, "pageToken", "page_token") or "",
-        request.query_params.get("filter", ""),
-        query_param(request, "orderBy", "order_by") or "",
+        *list_query(request),
     )
     return _answer(page, request)
 
@@ -135,10 +113,7 @@ async def list_model_versions(
         parent.project,
         parent.location,
         model,
-        _page_size(request),
-        query_param(request, "pageToken", "page_token") or "",
-        request.query_params.get("filter", ""),
-        query_param(request, "orderBy", "order_by") or "",
+        *list_query(request),
     )
     return _answer(page, request)
 

@@ -12,8 +12,6 @@ from fastapi import APIRouter, Depends, Request, Response
 
 from mldiag_platform import resources
 from mldiag_platform.bus import Bus, ConsumerSpec, Delivery
-from mldiag_platform.errors import InvalidPageSize
-from mldiag_platform.http import query_param
 from mldiag_platform.resources import ParentDep
 from mldiag_schemas import bus as subjects
 from mldiag_schemas.auth import Permission
@@ -29,7 +27,7 @@ from mldiag_schemas.replicas import CustomJobStateChanged
 from mldiag_schemas.tuning import TuningJobStateChanged
 from mldiag_training.pipelines.service import PipelinesService
 from mldiag_training.pipelines.validation import parse_training_pipeline
-from mldiag_training.resources import checked_id, route
+from mldiag_training.resources import app_service, checked_id, list_query, route
 from mldiag_training.vertex import EnumFields, VertexResponse
 
 log = structlog.get_logger(__name__)
@@ -64,25 +62,7 @@ def _pipeline_id(
 PipelineIdPath = Annotated[str, Depends(_pipeline_id)]
 
 
-def _service(request: Request) -> PipelinesService:
-    service: PipelinesService = request.app.state.pipelines
-    return service
-
-
-ServiceDep = Annotated[PipelinesService, Depends(_service)]
-
-
-def _page_size(request: Request) -> int | None:
-    value = query_param(request, "pageSize", "page_size")
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        problem = f"must be a whole number, got {value[:40]!r}"
-        raise InvalidPageSize(
-            f"pageSize {problem}", details=[{"field": "pageSize", "problem": problem}]
-        ) from None
+ServiceDep = Annotated[PipelinesService, Depends(app_service("pipelines", PipelinesService))]
 
 
 def _answer(
@@ -124,10 +104,7 @@ async def list_training_pipelines(
     page = await service.list_pipelines(
         parent.project,
         parent.location,
-        _page_size(request),
-        query_param(request, "pageToken", "page_token") or "",
-        request.query_params.get("filter", ""),
-        query_param(request, "orderBy", "order_by") or "",
+        *list_query(request),
     )
     return _answer(page, request)
 

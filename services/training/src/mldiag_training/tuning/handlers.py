@@ -16,8 +16,6 @@ from fastapi import APIRouter, Depends, Request, Response
 from nats.js.errors import NotFoundError
 
 from mldiag_platform.bus import Bus, ConsumerSpec, Delivery
-from mldiag_platform.errors import InvalidPageSize
-from mldiag_platform.http import query_param
 from mldiag_platform.resources import ParentDep
 from mldiag_schemas import bus as subjects
 from mldiag_schemas.auth import Permission
@@ -30,7 +28,7 @@ from mldiag_schemas.tuning import (
     HyperparameterTuningJob,
     ListHyperparameterTuningJobsResponse,
 )
-from mldiag_training.resources import JobIdPath, route
+from mldiag_training.resources import JobIdPath, app_service, list_query, route
 from mldiag_training.tuning.controller import TuningController
 from mldiag_training.tuning.service import TuningService
 from mldiag_training.tuning.validation import parse_tuning_job
@@ -41,26 +39,7 @@ log = structlog.get_logger(__name__)
 router = APIRouter()
 
 
-def _service(request: Request) -> TuningService:
-    service: TuningService = request.app.state.tuning
-    return service
-
-
-ServiceDep = Annotated[TuningService, Depends(_service)]
-
-
-def page_size_param(request: Request) -> int | None:
-    """``pageSize`` (or ``page_size``) as a number, None when absent."""
-    value = query_param(request, "pageSize", "page_size")
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        problem = f"must be a whole number, got {value[:40]!r}"
-        raise InvalidPageSize(
-            f"pageSize {problem}", details=[{"field": "pageSize", "problem": problem}]
-        ) from None
+ServiceDep = Annotated[TuningService, Depends(app_service("tuning", TuningService))]
 
 
 def _answer(
@@ -99,10 +78,7 @@ async def list_tuning_jobs(request: Request, parent: ParentDep, service: Service
     page = await service.list_jobs(
         parent.project,
         parent.location,
-        page_size_param(request),
-        query_param(request, "pageToken", "page_token") or "",
-        request.query_params.get("filter", ""),
-        query_param(request, "orderBy", "order_by") or "",
+        *list_query(request),
     )
     return _answer(page, request)
 
