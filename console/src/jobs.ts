@@ -2,9 +2,10 @@
 // Vertex v1 JSON), their API paths, and the pure rules the Jobs pages use (what is terminal,
 // what may be cancelled, how pools read, a bounded log tail).
 
-import { ApiError, pathPart } from "./api";
+import { ApiError } from "./api";
 import { secondsBetween } from "./format";
-import { DEFAULT_LOCATION, DEFAULT_PROJECT, type Parent } from "./router";
+import { collectionPath, parseResourceName, resourceIdOf } from "./resources";
+import type { Parent } from "./router";
 
 export type JobState =
   | "JOB_STATE_UNSPECIFIED"
@@ -118,7 +119,7 @@ export function jobStateName(state: string): string {
 }
 
 export function jobsPath(parent: Parent): string {
-  return `/v1/projects/${pathPart(parent.project)}/locations/${pathPart(parent.location)}/customJobs`;
+  return collectionPath(parent, "customJobs");
 }
 
 export function jobPath(parent: Parent, jobId: string, suffix = ""): string {
@@ -127,14 +128,12 @@ export function jobPath(parent: Parent, jobId: string, suffix = ""): string {
 
 /** `projects/p/locations/l/customJobs/123` → its parent and id (null if not that shape). */
 export function parseJobName(name: string): { parent: Parent; jobId: string } | null {
-  const match = /^projects\/([^/]+)\/locations\/([^/]+)\/customJobs\/([^/]+)$/.exec(name);
-  if (!match) return null;
-  const [, project = DEFAULT_PROJECT, location = DEFAULT_LOCATION, jobId = ""] = match;
-  return { parent: { project, location }, jobId };
+  const parsed = parseResourceName(name, "customJobs");
+  return parsed && { parent: parsed.parent, jobId: parsed.id };
 }
 
 export function jobIdOf(job: CustomJob): string {
-  return parseJobName(job.name)?.jobId ?? job.name.split("/").pop() ?? job.name;
+  return resourceIdOf(job.name, "customJobs");
 }
 
 export function replicaCount(pool: WorkerPoolSpec): number {

@@ -2,9 +2,9 @@
 // Vertex v1 JSON plus mldiag's `lineage`), its API paths, and the pure rules the Models pages
 // use (which version is the default, the user's aliases, a version's lineage as links).
 
-import { pathPart } from "./api";
 import { parseJobName } from "./jobs";
-import { DEFAULT_LOCATION, DEFAULT_PROJECT, type Parent } from "./router";
+import { collectionPath, parseResourceName, resourceIdOf } from "./resources";
+import type { Parent } from "./router";
 import { parseTuningJobName } from "./tuning";
 
 /** The alias naming each model's default version (schemas' DEFAULT_ALIAS). */
@@ -42,7 +42,7 @@ export interface ListModelsResponse {
 }
 
 export function modelsPath(parent: Parent): string {
-  return `/v1/projects/${pathPart(parent.project)}/locations/${pathPart(parent.location)}/models`;
+  return collectionPath(parent, "models");
 }
 
 /** A model (its default version), `suffix` such as `:listVersions`. */
@@ -57,14 +57,12 @@ export function modelVersionPath(parent: Parent, modelId: string, versionId: str
 
 /** `projects/p/locations/l/models/m` → its parent and id (null if not that shape). */
 export function parseModelName(name: string): { parent: Parent; modelId: string } | null {
-  const match = /^projects\/([^/]+)\/locations\/([^/]+)\/models\/([^/@]+)(?:@[^/]+)?$/.exec(name);
-  if (!match) return null;
-  const [, project = DEFAULT_PROJECT, location = DEFAULT_LOCATION, modelId = ""] = match;
-  return { parent: { project, location }, modelId };
+  const parsed = parseResourceName(name, "models", true);
+  return parsed && { parent: parsed.parent, modelId: parsed.id };
 }
 
 export function modelIdOf(model: Model): string {
-  return parseModelName(model.name)?.modelId ?? model.name.split("/").pop() ?? model.name;
+  return resourceIdOf(model.name, "models", true);
 }
 
 export function isDefaultVersion(model: Model): boolean {

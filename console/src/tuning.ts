@@ -2,9 +2,9 @@
 // Vertex v1 JSON), their API paths, and the pure rules the Tuning pages use (a metric's goal,
 // trials' objective values, the best so far, the search space flattened to axes).
 
-import { pathPart } from "./api";
 import type { CustomJob } from "./jobs";
-import { DEFAULT_LOCATION, DEFAULT_PROJECT, type Parent } from "./router";
+import { collectionPath, parseResourceName, resourceIdOf } from "./resources";
+import type { Parent } from "./router";
 
 /** Enums arrive as names (the console never asks for `enum-encoding=int`); numbers are read too. */
 type Enum = string | number;
@@ -264,7 +264,7 @@ export function trialJobId(trial: Trial): string | null {
 }
 
 export function tuningJobsPath(parent: Parent): string {
-  return `/v1/projects/${pathPart(parent.project)}/locations/${pathPart(parent.location)}/hyperparameterTuningJobs`;
+  return collectionPath(parent, "hyperparameterTuningJobs");
 }
 
 export function tuningJobPath(parent: Parent, jobId: string, suffix = ""): string {
@@ -273,12 +273,10 @@ export function tuningJobPath(parent: Parent, jobId: string, suffix = ""): strin
 
 /** `projects/p/locations/l/hyperparameterTuningJobs/7` → its parent and id (null if not that shape). */
 export function parseTuningJobName(name: string): { parent: Parent; jobId: string } | null {
-  const match = /^projects\/([^/]+)\/locations\/([^/]+)\/hyperparameterTuningJobs\/([^/]+)$/.exec(name);
-  if (!match) return null;
-  const [, project = DEFAULT_PROJECT, location = DEFAULT_LOCATION, jobId = ""] = match;
-  return { parent: { project, location }, jobId };
+  const parsed = parseResourceName(name, "hyperparameterTuningJobs");
+  return parsed && { parent: parsed.parent, jobId: parsed.id };
 }
 
 export function tuningJobIdOf(job: HyperparameterTuningJob): string {
-  return parseTuningJobName(job.name)?.jobId ?? job.name.split("/").pop() ?? job.name;
+  return resourceIdOf(job.name, "hyperparameterTuningJobs");
 }
