@@ -11,20 +11,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import ClassVar
 
-import httpx
-
-from mldiag.api_client import (
-    DEFAULT_API_URL,
-    DEFAULT_LOCATION,
-    DEFAULT_PROJECT,
-    ApiError,
-    JsonObject,
-    _Client,
-    _http_client,
-)
-from mldiag.jobs import SERVICE, TERMINAL_STATES, _vertex_error
+from mldiag._training import TrainingClient, parse_resource_name
+from mldiag.api_client import DEFAULT_LOCATION, DEFAULT_PROJECT, JsonObject
+from mldiag.jobs import TERMINAL_STATES
 
 TERMINAL_PIPELINE_STATES = frozenset(
     {"PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED", "PIPELINE_STATE_CANCELLED"}
@@ -46,142 +36,21 @@ TUNING_TASK = (
 )
 """The ``trainingTaskDefinition`` of a pipeline that runs a tuning job."""
 
-
-def parse_resource_name(reference: str, collection: str) -> tuple[str | None, str | None, str]:
-    """``(project, location, id)`` of an id or a full name
-    (``projects/p/locations/l/<collection>/<id>``; project and location ``None`` for an id).
-
-    A model's id keeps its ``@version`` or ``@alias`` (``123@2``, ``123@default``).
-    """
-    parts = reference.strip().strip("/").split("/")
-    if len(parts) == 6 and (parts[0], parts[2], parts[4]) == (
-        "projects",
-        "locations",
-        collection,
-    ):
-        return parts[1], parts[3], parts[5]
-    return None, None, parts[-1]
+__all__ = [
+    "CUSTOM_TASK",
+    "MODELS",
+    "PIPELINES",
+    "TERMINAL_PIPELINE_STATES",
+    "TUNING_JOBS",
+    "TUNING_TASK",
+    "ModelsClient",
+    "PipelinesClient",
+    "TuningJobsClient",
+    "parse_resource_name",
+]
 
 
-class _TrainingClient(_Client):
-    """What the three clients share: the base URL, the resource forms and the error dialect."""
-
-    _service = SERVICE
-    _collection: ClassVar[str]
-
-    def __init__(
-        self,
-        base_url: str = DEFAULT_API_URL,
-        *,
-        token: str | None = None,
-        project: str | None = None,
-        location: str | None = None,
-        timeout: float = 30.0,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        """The API's base URL, without a trailing slash."""
-        self.project = project
-        self.location = location
-        self._http = _http_client(self.base_url, token, timeout, transport)
-
-    def _error(self, response: httpx.Response) -> ApiError:
-        return _vertex_error(response)
-
-    def _prefix(self, project: str | None = None, location: str | None = None) -> str:
-        project, location = project or self.project, location or self.location
-        if project or location:
-            location = location or DEFAULT_LOCATION
-            return f"/v1/projects/{project or DEFAULT_PROJECT}/locations/{location}"
-        return "/v1"
-
-    def _path(self, reference: str, suffix: str = "") -> str:
-        project, location, resource_id = parse_resource_name(reference, self._collection)
-        return f"{self._prefix(project, location)}/{self._collection}/{resource_id}{suffix}"
-
-    def _page(
-        self, path: str, *, filter: str, order_by: str, page_size: int | None, page_token: str
-    ) -> JsonObject:
-        params = {
-            "filter": filter,
-            "orderBy": order_by,
-            "pageSize": page_size or "",
-            "pageToken": page_token,
-        }
-        return self._json("GET", path, params=params)
-
-    def _every(
-        self, path: str, key: str, *, filter: str, order_by: str, page_size: int | None
-    ) -> Iterator[JsonObject]:
-        token = ""
-        while True:
-            page = self._page(
-                path, filter=filter, order_by=order_by, page_size=page_size, page_token=token
-            )
-            yield from page.get(key, [])
-            token = page.get("nextPageToken", "")
-            if not token:
-                return
-
-    def _create(self, body: JsonObject) -> JsonObject:
-        return self._json("POST", f"{self._prefix()}/{self._collection}", json=body)
-
-    def _get(self, reference: str) -> JsonObject:
-        return self._json("GET", self._path(reference))
-
-    def _list(
-        self,
-        *,
-        filter: str = "",  # the API's parameter name
-        order_by: str = "",
-        page_size: int | None = None,
-        page_token: str = "",
-    ) -> JsonObject:
-        return self._page(
-            f"{self._prefix()}/{self._collection}",
-            filter=filter,
-            order_by=order_by,
-            page_size=page_size,
-            page_token=page_token,
-        )
-
-    def _iter(
-        self,
-        *,
-        filter: str = "",  # the API's parameter name
-        order_by: str = "",
-        page_size: int | None = None,
-    ) -> Iterator[JsonObject]:
-        return self._every(
-            f"{self._prefix()}/{self._collection}",
-            self._collection,
-            filter=filter,
-            order_by=order_by,
-            page_size=page_size,
-        )
-
-    def _delete(self, reference: str, suffix: str = "") -> JsonObject:
-        return self._json("DELETE", self._path(reference, suffix))
-
-    def _wait(
-        self,
-        reference: str,
-        terminal: frozenset[str],
-        *,
-        poll_seconds: float,
-        timeout: float | None,
-    ) -> JsonObject:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            resource = self._get(reference)
-            if resource.get("state") in terminal:
-                return resource
-            if deadline is not None and time.monotonic() >= deadline:
-                return resource
-            time.sleep(poll_seconds)
-
-
-class TuningJobsClient(_TrainingClient):
+class TuningJobsClient(TrainingClient):
     """Hyperparameter tuning jobs: create, get, list, cancel, delete."""
 
     _collection = TUNING_JOBS
@@ -219,7 +88,7 @@ class TuningJobsClient(_TrainingClient):
 
     def cancel_tuning_job(self, reference: str) -> JsonObject:
         """Ask a tuning job to stop (its active trials are cancelled first)."""
-        return self._json("POST", self._path(reference, ":cancel"), json={})
+        return self._cancel(reference)
 
     def delete_tuning_job(self, reference: str) -> JsonObject:
         """Delete an ended tuning job."""
@@ -232,7 +101,7 @@ class TuningJobsClient(_TrainingClient):
         return self._wait(reference, TERMINAL_STATES, poll_seconds=poll_seconds, timeout=timeout)
 
 
-class PipelinesClient(_TrainingClient):
+class PipelinesClient(TrainingClient):
     """Training pipelines: create, get, list, cancel, delete."""
 
     _collection = PIPELINES
@@ -271,7 +140,7 @@ class PipelinesClient(_TrainingClient):
 
     def cancel_pipeline(self, reference: str) -> JsonObject:
         """Ask a pipeline to stop (and the job it runs)."""
-        return self._json("POST", self._path(reference, ":cancel"), json={})
+        return self._cancel(reference)
 
     def delete_pipeline(self, reference: str) -> JsonObject:
         """Delete an ended pipeline."""
@@ -287,7 +156,7 @@ class PipelinesClient(_TrainingClient):
         )
 
 
-class ModelsClient(_TrainingClient):
+class ModelsClient(TrainingClient):
     """The model registry: upload (a new model or a new version), get a version by number or
     alias, list models and a model's versions, delete a model or one version."""
 
