@@ -17,7 +17,6 @@ import {
   type Replica,
   replicaCount,
   replicaNames,
-  trainingUnavailable,
   type WorkerPoolSpec,
 } from "../jobs";
 import { jobHref, jobsHref, parentOf, replaceHash, runHref } from "../router";
@@ -25,7 +24,7 @@ import type { Scope } from "../scope";
 import type { Session } from "../session";
 import { errorBox, facts, kv, labelChips } from "../ui";
 import { logViewer } from "./joblogs";
-import { jobStateBadge, liveMark, Poller, replicaStateBadge, unavailableNotice } from "./jobparts";
+import { jobStateBadge, liveMark, Poller, replicaStateBadge, trainingErrorNotice } from "./jobparts";
 
 export function jobPage(session: Session, scope: Scope, jobId: string, query: URLSearchParams): HTMLElement {
   const parent = parentOf(query);
@@ -183,7 +182,7 @@ export function jobPage(session: Session, scope: Scope, jobId: string, query: UR
     if (fetched.status === "rejected") {
       const error: unknown = fetched.reason;
       if (job === null) header.hidden = true;
-      replace(errorSlot, trainingUnavailable(error) ? unavailableNotice(error) : errorBox(error), h("a", { href: jobsHref(parent) }, "← Jobs"));
+      replace(errorSlot, trainingErrorNotice(error), h("a", { href: jobsHref(parent) }, "← Jobs"));
       throw error;
     }
     job = fetched.value;

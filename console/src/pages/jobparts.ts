@@ -36,6 +36,11 @@ export function unavailableNotice(error: unknown): HTMLElement {
   );
 }
 
+/** What a training view shows when a load failed: {@link unavailableNotice} when the training API is absent or down, else the error. */
+export function trainingErrorNotice(error: unknown): HTMLElement {
+  return trainingUnavailable(error) ? unavailableNotice(error) : errorBox(error);
+}
+
 export type PollState = "polling" | "idle" | "retrying";
 
 /**

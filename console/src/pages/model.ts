@@ -4,7 +4,6 @@
 
 import { formatTime } from "../format";
 import { h, replace } from "../h";
-import { trainingUnavailable } from "../jobs";
 import {
   byVersionDesc,
   isDefaultVersion,
@@ -20,7 +19,7 @@ import { jobHref, modelHref, modelsHref, parentOf, replaceHash, runHref, tuningJ
 import type { Scope } from "../scope";
 import type { Session } from "../session";
 import { errorBox, facts, kv, labelChips } from "../ui";
-import { Poller, unavailableNotice } from "./jobparts";
+import { Poller, trainingErrorNotice } from "./jobparts";
 import { aliasChips } from "./models";
 
 /** The most versions read (pages of 100). */
@@ -165,7 +164,7 @@ export function modelPage(session: Session, scope: Scope, modelId: string, query
     } catch (error) {
       if (scope.disposed) return false;
       header.hidden = true;
-      replace(errorSlot, trainingUnavailable(error) ? unavailableNotice(error) : errorBox(error), h("a", { href: modelsHref(parent) }, "← Models"));
+      replace(errorSlot, trainingErrorNotice(error), h("a", { href: modelsHref(parent) }, "← Models"));
       throw error;
     }
     if (scope.disposed) return false;

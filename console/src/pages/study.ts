@@ -6,7 +6,7 @@
 
 import { formatDuration, formatNumber, formatTime, secondsBetween } from "../format";
 import { h, replace } from "../h";
-import { isTerminal, trainingUnavailable } from "../jobs";
+import { isTerminal } from "../jobs";
 import { compareHref, jobHref, parentOf, replaceHash, runHref, tuningJobHref, tuningJobsHref } from "../router";
 import type { Scope } from "../scope";
 import type { Session } from "../session";
@@ -29,8 +29,8 @@ import {
   trialState,
   tuningJobPath,
 } from "../tuning";
-import { errorBox, facts, labelChips } from "../ui";
-import { jobStateBadge, liveMark, Poller, unavailableNotice } from "./jobparts";
+import { facts, labelChips } from "../ui";
+import { jobStateBadge, liveMark, Poller, trainingErrorNotice } from "./jobparts";
 import { objectivePlot, parallelPlot } from "./studyplots";
 
 export function studyPage(session: Session, scope: Scope, jobId: string, query: URLSearchParams): HTMLElement {
@@ -258,7 +258,7 @@ export function studyPage(session: Session, scope: Scope, jobId: string, query: 
     } catch (error) {
       if (scope.disposed) return false;
       if (job === null) header.hidden = true;
-      replace(errorSlot, trainingUnavailable(error) ? unavailableNotice(error) : errorBox(error), h("a", { href: tuningJobsHref(parent) }, "← Tuning jobs"));
+      replace(errorSlot, trainingErrorNotice(error), h("a", { href: tuningJobsHref(parent) }, "← Tuning jobs"));
       throw error;
     }
     if (scope.disposed) return false;

@@ -4,14 +4,12 @@
 // whenever the runs stream says a run changed (each such resource is a run).
 
 import { type Child, h, replace } from "../h";
-import { trainingUnavailable } from "../jobs";
 import { navigate, parentOf, type Parent, replaceHash } from "../router";
 import type { Scope } from "../scope";
 import type { Session } from "../session";
 import { watch } from "../sse";
 import { Throttle } from "../throttle";
-import { errorBox } from "../ui";
-import { liveMark, Poller, unavailableNotice } from "./jobparts";
+import { liveMark, Poller, trainingErrorNotice } from "./jobparts";
 
 const PAGE_SIZE = 50;
 
@@ -139,7 +137,7 @@ export function trainingListPage<T, P extends { nextPageToken?: string }>(
       if (scope.disposed) return false;
       render([]);
       status.textContent = "";
-      replace(errorSlot, trainingUnavailable(error) ? unavailableNotice(error) : errorBox(error));
+      replace(errorSlot, trainingErrorNotice(error));
       throw error;
     }
   }
