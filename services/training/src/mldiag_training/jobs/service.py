@@ -14,20 +14,7 @@ from typing import Protocol
 
 import structlog
 
-from mldiag_platform.listing.filtering import (
-    FieldSpec,
-    Kind,
-    OrderKey,
-    field_table,
-    parse_filter,
-    parse_order_by,
-)
-from mldiag_platform.listing.paging import (
-    keyset_position,
-    keyset_token,
-    page_size,
-    query_digest,
-)
+from mldiag_platform.listing.filtering import FieldSpec, Kind, OrderKey, field_table
 from mldiag_platform.outbox import Flusher
 from mldiag_schemas.jobs import (
     DEFAULT_TIMEOUT_SECONDS,
@@ -48,12 +35,11 @@ from mldiag_training.jobs.errors import (
 )
 from mldiag_training.jobs.repository import JobsRepository, job_name
 from mldiag_training.jobs.validation import MachineResolver, check_machines
+from mldiag_training.listing import Listing, named_value, page_query
 from mldiag_training.vertex import enum_name
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_PAGE_SIZE = 100
-MAX_PAGE_SIZE = 1000
 DEFAULT_RUN_SET = "training-jobs"
 """The run set of a job's run when its spec names no experiment."""
 
@@ -100,21 +86,20 @@ FIELDS = field_table(
 )
 """What ``filter`` and ``orderBy`` may name (Vertex's snake_case, camelCase accepted)."""
 
-DEFAULT_ORDER = (OrderKey("create_time", descending=True),)
-_TIMESTAMP_FIELDS = frozenset({"create_time", "start_time", "end_time", "update_time"})
+JOB_LISTING = Listing(
+    fields=FIELDS,
+    default_order=(OrderKey("create_time", descending=True),),
+    id_field="job_id",
+    timestamps=frozenset({"create_time", "start_time", "end_time", "update_time"}),
+)
+"""How lists of jobs are filtered, ordered (newest first by default) and paged (tuning jobs'
+too: they have the same fields)."""
 
 
 def new_job_id() -> str:
     """A job id of digits, like Vertex's: microseconds since the epoch and three random
     digits (19 digits until the year 2286), so ids sort roughly by creation."""
     return f"{time.time_ns() // 1000}{secrets.randbelow(1000):03d}"
-
-
-def _order_value(job: CustomJob, field: str) -> object:
-    if field == "job_id":
-        return job.name.rsplit("/", 1)[-1]
-    value: object = getattr(job, field)
-    return value
 
 
 class JobsService:
@@ -221,17 +206,11 @@ class JobsService:
     ) -> ListCustomJobsResponse:
         """A page of the parent's jobs matching ``filter_text`` in ``order_by`` (newest
         first by default)."""
-        size = page_size(requested_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        where = parse_filter(filter_text, FIELDS)
-        order = parse_order_by(order_by, FIELDS) if order_by.strip() else list(DEFAULT_ORDER)
-        order.append(OrderKey("job_id", descending=order[-1].descending))
-        query = query_digest(filter_text, order_by)
-        after = keyset_position(page_token, order, query, _TIMESTAMP_FIELDS) if page_token else None
-        jobs = await self._repository.list_jobs(project, location, where, order, size + 1, after)
-        token = ""
-        if len(jobs) > size:
-            jobs = jobs[:size]
-            token = keyset_token([_order_value(jobs[-1], key.field) for key in order], query)
+        query = page_query(JOB_LISTING, requested_size, page_token, filter_text, order_by)
+        found = await self._repository.list_jobs(
+            project, location, query.where, query.order, query.size + 1, query.after
+        )
+        jobs, token = query.page(found, named_value("job_id"))
         return ListCustomJobsResponse(custom_jobs=jobs, next_page_token=token)
 
     async def cancel(self, project: str, location: str, job_id: str) -> None:

@@ -26,10 +26,7 @@ from mldiag_platform.listing.filtering import (
     Kind,
     OrderKey,
     field_table,
-    parse_filter,
-    parse_order_by,
 )
-from mldiag_platform.listing.paging import keyset_position, keyset_token, page_size, query_digest
 from mldiag_schemas.models import (
     DEFAULT_ALIAS,
     ListModelsResponse,
@@ -42,6 +39,7 @@ from mldiag_schemas.models import (
     UploadModelResponse,
 )
 from mldiag_training.jobs.service import new_job_id
+from mldiag_training.listing import Listing, named_value, page_query
 from mldiag_training.models.artifacts import ArtifactFiles
 from mldiag_training.models.errors import (
     DefaultVersionInUse,
@@ -55,8 +53,6 @@ from mldiag_training.models.validation import check_model, invalid
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_PAGE_SIZE = 100
-MAX_PAGE_SIZE = 1000
 _MAX_ID_ATTEMPTS = 5
 
 MODEL_FIELDS = field_table(
@@ -78,9 +74,29 @@ VERSION_FIELDS = field_table(
 )
 """What ``filter`` and ``orderBy`` of ``:listVersions`` may name (a version's times)."""
 
-_MODEL_ORDER = (OrderKey("create_time", descending=True),)
-_VERSION_ORDER: tuple[OrderKey, ...] = ()
-_TIMESTAMPS = frozenset({"create_time", "update_time"})
+MODEL_LISTING = Listing(
+    fields=MODEL_FIELDS,
+    default_order=(OrderKey("create_time", descending=True),),
+    id_field="model_id",
+    timestamps=frozenset({"create_time", "update_time"}),
+)
+"""How lists of models are filtered, ordered (newest first by default) and paged."""
+VERSION_LISTING = Listing(
+    fields=VERSION_FIELDS,
+    default_order=(),
+    id_field="version_id",
+    timestamps=frozenset({"create_time", "update_time"}),
+)
+"""How a model's versions are filtered, ordered (oldest first by default) and paged."""
+
+
+def _version_value(version: Model, field: str) -> object:
+    # A version is ordered by its own times, not the model's (``create_time`` of a Model).
+    if field == "create_time":
+        return version.version_create_time
+    if field == "update_time":
+        return version.version_update_time
+    return version.version_id
 
 
 def parse_model_ref(name: str) -> tuple[str, str | None]:
@@ -311,26 +327,11 @@ class ModelsService:
     ) -> ListModelsResponse:
         """A page of the parent's models (each its default version), newest first unless
         ``order_by``."""
-        size = page_size(requested_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        where = parse_filter(filter_text, MODEL_FIELDS)
-        order = parse_order_by(order_by, MODEL_FIELDS) if order_by.strip() else list(_MODEL_ORDER)
-        order.append(OrderKey("model_id", descending=order[-1].descending))
-        query = query_digest(filter_text, order_by)
-        after = keyset_position(page_token, order, query, _TIMESTAMPS) if page_token else None
-        models = await self._repository.list_models(
-            project, location, where, order, size + 1, after
+        query = page_query(MODEL_LISTING, requested_size, page_token, filter_text, order_by)
+        found = await self._repository.list_models(
+            project, location, query.where, query.order, query.size + 1, query.after
         )
-        token = ""
-        if len(models) > size:
-            models = models[:size]
-            last = models[-1]
-            values = [
-                last.name.rsplit("/", 1)[-1]
-                if key.field == "model_id"
-                else getattr(last, key.field)
-                for key in order
-            ]
-            token = keyset_token(values, query)
+        models, token = query.page(found, named_value("model_id"))
         return ListModelsResponse(models=models, next_page_token=token)
 
     async def list_versions(
@@ -345,30 +346,13 @@ class ModelsService:
     ) -> ListModelVersionsResponse:
         """A page of a model's versions, oldest first unless ``order_by``."""
         model_id, _ = parse_model_ref(name)
-        size = page_size(requested_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        where = parse_filter(filter_text, VERSION_FIELDS)
-        order = parse_order_by(order_by, VERSION_FIELDS) if order_by.strip() else []
-        order.append(OrderKey("version_id", descending=bool(order) and order[-1].descending))
-        query = query_digest(filter_text, order_by)
-        after = keyset_position(page_token, order, query, _TIMESTAMPS) if page_token else None
-        models = await self._repository.list_versions(
-            project, location, model_id, where, order, size + 1, after
+        query = page_query(VERSION_LISTING, requested_size, page_token, filter_text, order_by)
+        found = await self._repository.list_versions(
+            project, location, model_id, query.where, query.order, query.size + 1, query.after
         )
-        if models is None:
+        if found is None:
             raise _not_found(project, location, model_id)
-        token = ""
-        if len(models) > size:
-            models = models[:size]
-            last = models[-1]
-            values = [
-                last.version_create_time
-                if key.field == "create_time"
-                else last.version_update_time
-                if key.field == "update_time"
-                else last.version_id
-                for key in order
-            ]
-            token = keyset_token(values, query)
+        models, token = query.page(found, _version_value)
         return ListModelVersionsResponse(models=models, next_page_token=token)
 
     async def merge_aliases(

@@ -32,10 +32,7 @@ from mldiag_platform.listing.filtering import (
     Kind,
     OrderKey,
     field_table,
-    parse_filter,
-    parse_order_by,
 )
-from mldiag_platform.listing.paging import keyset_position, keyset_token, page_size, query_digest
 from mldiag_schemas.jobs import CustomJob, JobState, RpcStatus
 from mldiag_schemas.models import Model, ModelLineage
 from mldiag_schemas.pipelines import (
@@ -48,6 +45,7 @@ from mldiag_schemas.pipelines import (
 from mldiag_schemas.tuning import GoalType, HyperparameterTuningJob, Trial, TrialState
 from mldiag_training.jobs.service import new_job_id
 from mldiag_training.jobs.validation import MachineResolver, check_machines
+from mldiag_training.listing import Listing, named_value, page_query
 from mldiag_training.models.errors import NoModelArtifacts
 from mldiag_training.pipelines.errors import (
     InvalidTrainingPipeline,
@@ -67,8 +65,6 @@ from mldiag_training.vertex import enum_name
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_PAGE_SIZE = 100
-MAX_PAGE_SIZE = 1000
 PIPELINE_LABEL = "mldiag-pipeline"
 """The label a pipeline's job carries: the pipeline's id."""
 
@@ -184,8 +180,13 @@ FIELDS = field_table(
 )
 """What ``filter`` and ``orderBy`` may name (Vertex's snake_case, camelCase accepted)."""
 
-DEFAULT_ORDER = (OrderKey("create_time", descending=True),)
-_TIMESTAMP_FIELDS = frozenset({"create_time", "start_time", "end_time", "update_time"})
+PIPELINE_LISTING = Listing(
+    fields=FIELDS,
+    default_order=(OrderKey("create_time", descending=True),),
+    id_field="pipeline_id",
+    timestamps=frozenset({"create_time", "start_time", "end_time", "update_time"}),
+)
+"""How lists of pipelines are filtered, ordered (newest first by default) and paged."""
 
 
 def best_trial(job: HyperparameterTuningJob) -> Trial | None:
@@ -329,20 +330,12 @@ class PipelinesService:
     ) -> ListTrainingPipelinesResponse:
         """A page of the parent's pipelines matching ``filter_text`` in ``order_by`` (newest
         first by default)."""
-        size = page_size(requested_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        where = parse_filter(filter_text, FIELDS)
-        order = parse_order_by(order_by, FIELDS) if order_by.strip() else list(DEFAULT_ORDER)
-        order.append(OrderKey("pipeline_id", descending=order[-1].descending))
-        query = query_digest(filter_text, order_by)
-        after = keyset_position(page_token, order, query, _TIMESTAMP_FIELDS) if page_token else None
+        query = page_query(PIPELINE_LISTING, requested_size, page_token, filter_text, order_by)
         found = await self._repository.list_pipelines(
-            project, location, where, order, size + 1, after
+            project, location, query.where, query.order, query.size + 1, query.after
         )
-        token = ""
-        if len(found) > size:
-            found = found[:size]
-            token = keyset_token([_order_value(found[-1], key.field) for key in order], query)
-        return ListTrainingPipelinesResponse(training_pipelines=found, next_page_token=token)
+        pipelines, token = query.page(found, named_value("pipeline_id"))
+        return ListTrainingPipelinesResponse(training_pipelines=pipelines, next_page_token=token)
 
     async def cancel(self, project: str, location: str, pipeline_id: str) -> None:
         """Ask for a pipeline to be cancelled: it goes CANCELLING and its job is cancelled;
@@ -548,15 +541,6 @@ class PipelinesService:
             await self._end(stored, PipelineState.FAILED, gone)
             return
         await self._follow(stored, state, error, None)
-
-
-def _order_value(pipeline: TrainingPipeline, field: str) -> object:
-    if field == "pipeline_id":
-        return pipeline.name.rsplit("/", 1)[-1]
-    if field == "training_task_definition":
-        return pipeline.training_task_definition
-    value: object = getattr(pipeline, field)
-    return value
 
 
 def _invalid(field: str, problem: str) -> InvalidTrainingPipeline:

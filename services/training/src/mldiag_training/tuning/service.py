@@ -13,15 +13,6 @@ from typing import Protocol
 
 import structlog
 
-from mldiag_platform.listing.filtering import (
-    FieldSpec,
-    Kind,
-    OrderKey,
-    field_table,
-    parse_filter,
-    parse_order_by,
-)
-from mldiag_platform.listing.paging import keyset_position, keyset_token, page_size, query_digest
 from mldiag_platform.outbox import Flusher
 from mldiag_schemas.jobs import TERMINAL_JOB_STATES, CustomJobSpec, JobState
 from mldiag_schemas.tuning import (
@@ -30,19 +21,16 @@ from mldiag_schemas.tuning import (
     TuningJobCreated,
     TuningJobStateChanged,
 )
-from mldiag_training.jobs.service import new_job_id
+from mldiag_training.jobs.service import JOB_LISTING, new_job_id
+from mldiag_training.listing import named_value, page_query
 from mldiag_training.tuning.errors import (
     TuningJobNotCancellable,
     TuningJobNotFound,
     TuningJobNotTerminal,
 )
 from mldiag_training.tuning.repository import StudyRow, TuningRepository, tuning_job_name
-from mldiag_training.vertex import enum_name
 
 log = structlog.get_logger(__name__)
-
-DEFAULT_PAGE_SIZE = 100
-MAX_PAGE_SIZE = 1000
 
 CANCELLABLE = frozenset({JobState.QUEUED, JobState.PENDING, JobState.RUNNING})
 """States a cancel moves to CANCELLING."""
@@ -60,40 +48,6 @@ class ControllerHooks(Protocol):
     def nudge(self, job_id: str) -> None:
         """A study changed (created, cancel asked): look at it soon."""
         ...
-
-
-def _state(value: str) -> str | None:
-    try:
-        return enum_name(JobState, value)
-    except ValueError:
-        try:
-            return enum_name(JobState, f"JOB_STATE_{value}")
-        except ValueError:
-            return None
-
-
-FIELDS = field_table(
-    (
-        FieldSpec("display_name", Kind.STRING, aliases=("displayName",)),
-        FieldSpec("state", Kind.ENUM, normalise=_state),
-        FieldSpec("labels", Kind.MAP, orderable=False),
-        FieldSpec("create_time", Kind.TIMESTAMP, aliases=("createTime",)),
-        FieldSpec("start_time", Kind.TIMESTAMP, aliases=("startTime",), orderable=False),
-        FieldSpec("end_time", Kind.TIMESTAMP, aliases=("endTime",), orderable=False),
-        FieldSpec("update_time", Kind.TIMESTAMP, aliases=("updateTime",)),
-    )
-)
-"""What ``filter`` and ``orderBy`` may name (as for custom jobs)."""
-
-DEFAULT_ORDER = (OrderKey("create_time", descending=True),)
-_TIMESTAMP_FIELDS = frozenset({"create_time", "start_time", "end_time", "update_time"})
-
-
-def _order_value(job: HyperparameterTuningJob, field: str) -> object:
-    if field == "job_id":
-        return job.name.rsplit("/", 1)[-1]
-    value: object = getattr(job, field)
-    return value
 
 
 class TuningService:
@@ -186,17 +140,11 @@ class TuningService:
     ) -> ListHyperparameterTuningJobsResponse:
         """A page of the parent's studies matching ``filter_text`` in ``order_by`` (newest
         first by default)."""
-        size = page_size(requested_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        where = parse_filter(filter_text, FIELDS)
-        order = parse_order_by(order_by, FIELDS) if order_by.strip() else list(DEFAULT_ORDER)
-        order.append(OrderKey("job_id", descending=order[-1].descending))
-        query = query_digest(filter_text, order_by)
-        after = keyset_position(page_token, order, query, _TIMESTAMP_FIELDS) if page_token else None
-        jobs = await self._repository.list_jobs(project, location, where, order, size + 1, after)
-        token = ""
-        if len(jobs) > size:
-            jobs = jobs[:size]
-            token = keyset_token([_order_value(jobs[-1], key.field) for key in order], query)
+        query = page_query(JOB_LISTING, requested_size, page_token, filter_text, order_by)
+        found = await self._repository.list_jobs(
+            project, location, query.where, query.order, query.size + 1, query.after
+        )
+        jobs, token = query.page(found, named_value("job_id"))
         return ListHyperparameterTuningJobsResponse(
             hyperparameter_tuning_jobs=jobs, next_page_token=token
         )
