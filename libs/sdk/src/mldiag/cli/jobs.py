@@ -11,7 +11,6 @@ for its end (exit status 0 when it SUCCEEDED, 1 otherwise). ``list``, ``describe
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections.abc import Callable, Iterable
@@ -22,8 +21,9 @@ from typing import Any
 from mldiag.api_client import JsonObject
 from mldiag.cli.output import cell, flatten, labels_cell, render_fields, render_table, short_time
 from mldiag.cli.registry import Context, UsageError, add_global_options
+from mldiag.cli.resources import emit_cancelled, emit_deleted, read_mapping
 from mldiag.credentials import resolve_token
-from mldiag.jobs import JobsClient, parse_job_name
+from mldiag.jobs import CUSTOM_JOBS, JobsClient
 from mldiag.packaging import PackagingError, build_wheel
 
 POOL_KEYS: dict[str, str] = {
@@ -175,6 +175,14 @@ def parse_key_values(texts: Iterable[str], flag: str) -> dict[str, str]:
     return pairs
 
 
+def merge_labels(body: JsonObject, given: list[str]) -> None:
+    """Put the ``--labels`` flags (``K=V,...``, repeatable) over ``body``'s ``labels``."""
+    if given:
+        labels = dict(body.get("labels") or {})
+        labels.update(parse_key_values(given, "--labels"))
+        body["labels"] = labels
+
+
 def _split_list(texts: Iterable[str]) -> list[str]:
     return [item for text in texts for item in text.split(",") if item != ""]
 
@@ -182,33 +190,10 @@ def _split_list(texts: Iterable[str]) -> list[str]:
 def load_config(path: Path) -> JsonObject:
     """A ``--config`` file: a ``CustomJobSpec`` in YAML (gcloud's format) or JSON, or a whole
     ``CustomJob`` (with ``jobSpec``); answered as ``{"jobSpec": ..., ...}``."""
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise UsageError(f"--config {path}: {error.strerror or error}") from None
-    try:
-        document = json.loads(text)
-    except ValueError:
-        document = _yaml(text, path)
-    if not isinstance(document, dict):
-        raise UsageError(f"--config {path}: expected a mapping (a CustomJobSpec) at the top")
+    document = read_mapping(path, "a CustomJobSpec")
     if "jobSpec" in document or "job_spec" in document:
         return dict(document)
     return {"jobSpec": document}
-
-
-def _yaml(text: str, path: Path) -> Any:
-    try:
-        import yaml  # noqa: PLC0415  # optional: only --config files in YAML need it
-    except ImportError:
-        raise UsageError(
-            f"--config {path}: reading YAML needs PyYAML (pip install pyyaml); JSON works"
-            " without it"
-        ) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise UsageError(f"--config {path}: not valid YAML: {error}") from None
 
 
 def _task(pool: JsonObject) -> JsonObject | None:
@@ -239,10 +224,7 @@ def build_job_request(args: argparse.Namespace) -> JobRequest:
     if not isinstance(pools, list) or not pools:
         raise UsageError("give at least one --worker-pool-spec (or workerPoolSpecs in --config)")
     _apply_to_pools(args, pools, request)
-    if args.labels:
-        labels = dict(body.get("labels") or {})
-        labels.update(parse_key_values(args.labels, "--labels"))
-        body["labels"] = labels
+    merge_labels(body, args.labels)
     if args.timeout:
         scheduling = dict(spec.get("scheduling") or {})
         scheduling["timeout"] = parse_timeout(args.timeout)
@@ -534,20 +516,13 @@ def _describe(ctx: Context, args: argparse.Namespace) -> int:
 def _cancel(ctx: Context, args: argparse.Namespace) -> int:
     with _client(ctx, args) as client:
         answer = client.cancel_job(args.job)
-    _, _, job_id = parse_job_name(args.job)
-    ctx.emit(
-        answer,
-        lambda: f"asked job {job_id} to cancel; see it with: mldiag jobs describe {job_id}",
-    )
-    return 0
+    return emit_cancelled(ctx, answer, args.job, CUSTOM_JOBS, "job", "jobs")
 
 
 def _delete(ctx: Context, args: argparse.Namespace) -> int:
     with _client(ctx, args) as client:
         answer = client.delete_job(args.job)
-    _, _, job_id = parse_job_name(args.job)
-    ctx.emit(answer, lambda: f"deleted job {job_id}")
-    return 0
+    return emit_deleted(ctx, answer, args.job, CUSTOM_JOBS, "job")
 
 
 def _print_stream(chunks: Iterable[bytes]) -> None:

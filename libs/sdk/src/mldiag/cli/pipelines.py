@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mldiag.api_client import JsonObject
-from mldiag.cli.jobs import parse_key_values
+from mldiag.cli.jobs import merge_labels
 from mldiag.cli.output import cell, flatten, labels_cell, render_fields, render_table, short_time
 from mldiag.cli.registry import Context, UsageError
 from mldiag.cli.resources import (
@@ -27,6 +27,8 @@ from mldiag.cli.resources import (
     add_list_flags,
     client_kwargs,
     command_group,
+    emit_cancelled,
+    emit_deleted,
     final_status,
     list_all,
     mapping,
@@ -34,7 +36,7 @@ from mldiag.cli.resources import (
     read_config,
     resource_id,
 )
-from mldiag.training_api import CUSTOM_TASK, TUNING_TASK, PipelinesClient, parse_resource_name
+from mldiag.training_api import CUSTOM_TASK, PIPELINES, TUNING_TASK, PipelinesClient
 
 TUNING_TASK_KEYS = (
     "studySpec",
@@ -57,10 +59,7 @@ def build_pipeline_request(args: argparse.Namespace) -> JsonObject:
         raise UsageError("give --display-name (or displayName in --config)")
     if "modelToUpload" in body:
         body["modelToUpload"] = mapping(body, "modelToUpload", where)
-    if args.labels:
-        labels = dict(body.get("labels") or {})
-        labels.update(parse_key_values(args.labels, "--labels"))
-        body["labels"] = labels
+    merge_labels(body, args.labels)
     return body
 
 
@@ -231,20 +230,12 @@ def _describe(ctx: Context, args: argparse.Namespace) -> int:
 def _cancel(ctx: Context, args: argparse.Namespace) -> int:
     with _client(ctx, args) as client:
         answer = client.cancel_pipeline(args.pipeline)
-    _, _, pipeline_id = parse_resource_name(args.pipeline, "trainingPipelines")
-    ctx.emit(
-        answer,
-        lambda: (
-            f"asked training pipeline {pipeline_id} to cancel; see it with:"
-            f" mldiag training-pipelines describe {pipeline_id}"
-        ),
+    return emit_cancelled(
+        ctx, answer, args.pipeline, PIPELINES, "training pipeline", "training-pipelines"
     )
-    return 0
 
 
 def _delete(ctx: Context, args: argparse.Namespace) -> int:
     with _client(ctx, args) as client:
         answer = client.delete_pipeline(args.pipeline)
-    _, _, pipeline_id = parse_resource_name(args.pipeline, "trainingPipelines")
-    ctx.emit(answer, lambda: f"deleted training pipeline {pipeline_id}")
-    return 0
+    return emit_deleted(ctx, answer, args.pipeline, PIPELINES, "training pipeline")

@@ -1,6 +1,6 @@
 """What the training resource command groups (``hp-tuning-jobs``, ``training-pipelines``,
-``models``) share: a command group's verbs, ``--config`` files in either key style, gcloud's
-list flags, and table cells of resource names.
+``models``, and in part ``jobs``) share: a command group's verbs, ``--config`` files in either
+key style, gcloud's list flags, table cells of resource names, and what cancel and delete say.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mldiag._training import parse_resource_name
 from mldiag.api_client import JsonObject
 from mldiag.cli.registry import Context, UsageError, add_global_options
 from mldiag.credentials import resolve_token
@@ -112,6 +113,13 @@ def read_config(path: Path, what: str) -> JsonObject:
     """A ``--config`` file (YAML or JSON) holding a mapping, its keys camelCase whichever
     style it was written in (``study_spec`` and ``studySpec`` alike); ``what`` names the
     mapping expected, for the error."""
+    converted: JsonObject = camel_case_keys(read_mapping(path, what))
+    return converted
+
+
+def read_mapping(path: Path, what: str) -> dict[str, Any]:
+    """A ``--config`` file (YAML or JSON) holding a mapping, as written; ``what`` names the
+    mapping expected, for the error."""
     try:
         text = path.read_text()
     except OSError as error:
@@ -122,8 +130,7 @@ def read_config(path: Path, what: str) -> JsonObject:
         document = _yaml(text, path)
     if not isinstance(document, dict):
         raise UsageError(f"--config {path}: expected a mapping ({what}) at the top")
-    converted: JsonObject = camel_case_keys(document)
-    return converted
+    return document
 
 
 def _yaml(text: str, path: Path) -> Any:
@@ -209,3 +216,27 @@ def final_status(resource: JsonObject, what: str, succeeded: str) -> int:
     message = (resource.get("error") or {}).get("message", "")
     print(line + (f": {message}" if message else ""), file=sys.stderr)
     return 1
+
+
+def emit_cancelled(
+    ctx: Context, answer: JsonObject, reference: str, collection: str, what: str, group: str
+) -> int:
+    """Say that ``reference`` (a ``what`` of ``collection``, shown by ``mldiag <group>
+    describe``) was asked to cancel; 0."""
+    _, _, resource = parse_resource_name(reference, collection)
+    ctx.emit(
+        answer,
+        lambda: (
+            f"asked {what} {resource} to cancel; see it with: mldiag {group} describe {resource}"
+        ),
+    )
+    return 0
+
+
+def emit_deleted(
+    ctx: Context, answer: JsonObject, reference: str, collection: str, what: str
+) -> int:
+    """Say that ``reference`` (a ``what`` of ``collection``) was deleted; 0."""
+    _, _, resource = parse_resource_name(reference, collection)
+    ctx.emit(answer, lambda: f"deleted {what} {resource}")
+    return 0

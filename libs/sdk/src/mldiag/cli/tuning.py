@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mldiag.api_client import JsonObject
-from mldiag.cli.jobs import parse_key_values
+from mldiag.cli.jobs import merge_labels
 from mldiag.cli.output import cell, flatten, labels_cell, render_fields, render_table, short_time
 from mldiag.cli.registry import Context, UsageError
 from mldiag.cli.resources import (
@@ -22,6 +22,8 @@ from mldiag.cli.resources import (
     add_list_flags,
     client_kwargs,
     command_group,
+    emit_cancelled,
+    emit_deleted,
     final_status,
     list_all,
     mapping,
@@ -31,7 +33,7 @@ from mldiag.cli.resources import (
     read_config,
     resource_id,
 )
-from mldiag.training_api import TuningJobsClient, parse_resource_name
+from mldiag.training_api import TUNING_JOBS, TuningJobsClient
 
 ALGORITHMS: dict[str, str] = {
     "unspecified": "ALGORITHM_UNSPECIFIED",
@@ -72,10 +74,7 @@ def build_tuning_request(args: argparse.Namespace) -> JsonObject:
             body[field] = default
     if args.algorithm:
         study["algorithm"] = ALGORITHMS[args.algorithm]
-    if args.labels:
-        labels = dict(body.get("labels") or {})
-        labels.update(parse_key_values(args.labels, "--labels"))
-        body["labels"] = labels
+    merge_labels(body, args.labels)
     return body
 
 
@@ -319,20 +318,10 @@ def _describe(ctx: Context, args: argparse.Namespace) -> int:
 def _cancel(ctx: Context, args: argparse.Namespace) -> int:
     with _client(ctx, args) as client:
         answer = client.cancel_tuning_job(args.tuning_job)
-    _, _, job_id = parse_resource_name(args.tuning_job, "hyperparameterTuningJobs")
-    ctx.emit(
-        answer,
-        lambda: (
-            f"asked tuning job {job_id} to cancel; see it with:"
-            f" mldiag hp-tuning-jobs describe {job_id}"
-        ),
-    )
-    return 0
+    return emit_cancelled(ctx, answer, args.tuning_job, TUNING_JOBS, "tuning job", "hp-tuning-jobs")
 
 
 def _delete(ctx: Context, args: argparse.Namespace) -> int:
     with _client(ctx, args) as client:
         answer = client.delete_tuning_job(args.tuning_job)
-    _, _, job_id = parse_resource_name(args.tuning_job, "hyperparameterTuningJobs")
-    ctx.emit(answer, lambda: f"deleted tuning job {job_id}")
-    return 0
+    return emit_deleted(ctx, answer, args.tuning_job, TUNING_JOBS, "tuning job")
