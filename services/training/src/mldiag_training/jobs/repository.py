@@ -12,7 +12,6 @@ from datetime import datetime
 import asyncpg
 
 from mldiag_platform.listing.filtering import Expr, OrderKey
-from mldiag_platform.listing.sql import keyset_sql, order_sql, where_sql
 from mldiag_platform.outbox import Outbox
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.jobs import (
@@ -23,6 +22,7 @@ from mldiag_schemas.jobs import (
     ReplicaState,
     RpcStatus,
 )
+from mldiag_training.listing_sql import page_sql
 
 _SELECT = (
     "job_id, project, location, display_name, labels, spec, state, error, create_time,"
@@ -141,17 +141,17 @@ class JobsRepository:
         """Jobs of the parent matching ``where`` in ``order`` (which ends on the unique
         ``job_id``), after the keyset position ``after`` (one value per order key)."""
         params: list[object] = [project, location]
-        clauses = ["project = $1", "location = $2"]
-        if where is not None:
-            clauses.append(where_sql(where, params, _FIELD_COLUMNS))
-        if after is not None:
-            clauses.append(keyset_sql(order, after, params, _FIELD_COLUMNS))
-        params.append(limit)
-        rows = await self._pool.fetch(
-            f"SELECT {_SELECT} FROM custom_jobs WHERE {' AND '.join(clauses)}"
-            f" ORDER BY {order_sql(order, _FIELD_COLUMNS)} LIMIT ${len(params)}",
-            *params,
+        sql = page_sql(
+            f"SELECT {_SELECT} FROM custom_jobs",
+            ["project = $1", "location = $2"],
+            params,
+            _FIELD_COLUMNS,
+            where,
+            order,
+            limit,
+            after,
         )
+        rows = await self._pool.fetch(sql, *params)
         return [_job_from(row) for row in rows]
 
     async def request_cancel(

@@ -16,8 +16,8 @@ from typing import Any
 import asyncpg
 
 from mldiag_platform.listing.filtering import Expr, OrderKey
-from mldiag_platform.listing.sql import keyset_sql, order_sql, where_sql
 from mldiag_schemas.models import DEFAULT_ALIAS, Model, ModelOperation
+from mldiag_training.listing_sql import page_sql
 
 _ALIASES = (
     "ARRAY(SELECT a.alias FROM model_aliases a WHERE a.project = v.project"
@@ -350,16 +350,17 @@ class ModelsRepository:
             "v.version_id = (SELECT a.version_id FROM model_aliases a WHERE a.project = m.project"
             " AND a.location = m.location AND a.model_id = m.model_id AND a.alias = $3)",
         ]
-        if where is not None:
-            clauses.append(where_sql(where, params, MODEL_COLUMNS))
-        if after is not None:
-            clauses.append(keyset_sql(order, after, params, MODEL_COLUMNS))
-        params.append(limit)
-        rows = await self._pool.fetch(
-            f"SELECT {_SELECT} FROM {_FROM} WHERE {' AND '.join(clauses)}"
-            f" ORDER BY {order_sql(order, MODEL_COLUMNS)} LIMIT ${len(params)}",
-            *params,
+        sql = page_sql(
+            f"SELECT {_SELECT} FROM {_FROM}",
+            clauses,
+            params,
+            MODEL_COLUMNS,
+            where,
+            order,
+            limit,
+            after,
         )
+        rows = await self._pool.fetch(sql, *params)
         return [_model_from(row) for row in rows]
 
     async def list_versions(
@@ -384,19 +385,18 @@ class ModelsRepository:
             if not exists:
                 return None
             params: list[object] = [project, location, model_id]
-            clauses = ["m.project = $1", "m.location = $2", "m.model_id = $3"]
-            if where is not None:
-                clauses.append(where_sql(where, params, VERSION_COLUMNS))
-            if after is not None:
-                clauses.append(
-                    keyset_sql(order, after, params, VERSION_COLUMNS, value=_as_version_id)
-                )
-            params.append(limit)
-            rows = await conn.fetch(
-                f"SELECT {_SELECT} FROM {_FROM} WHERE {' AND '.join(clauses)}"
-                f" ORDER BY {order_sql(order, VERSION_COLUMNS)} LIMIT ${len(params)}",
-                *params,
+            sql = page_sql(
+                f"SELECT {_SELECT} FROM {_FROM}",
+                ["m.project = $1", "m.location = $2", "m.model_id = $3"],
+                params,
+                VERSION_COLUMNS,
+                where,
+                order,
+                limit,
+                after,
+                value=_as_version_id,
             )
+            rows = await conn.fetch(sql, *params)
         return [_model_from(row) for row in rows]
 
     async def _lock_version(

@@ -13,7 +13,6 @@ from datetime import datetime
 import asyncpg
 
 from mldiag_platform.listing.filtering import Expr, OrderKey
-from mldiag_platform.listing.sql import keyset_sql, order_sql, where_sql
 from mldiag_schemas.jobs import RpcStatus
 from mldiag_schemas.models import Model
 from mldiag_schemas.pipelines import (
@@ -22,6 +21,7 @@ from mldiag_schemas.pipelines import (
     PipelineState,
     TrainingPipeline,
 )
+from mldiag_training.listing_sql import page_sql
 
 _SELECT = (
     "pipeline_id, project, location, display_name, labels, task_definition, task_inputs,"
@@ -190,17 +190,17 @@ class PipelinesRepository:
         """Pipelines of the parent matching ``where`` in ``order`` (which ends on the unique
         ``pipeline_id``), after the keyset position ``after``."""
         params: list[object] = [project, location]
-        clauses = ["project = $1", "location = $2"]
-        if where is not None:
-            clauses.append(where_sql(where, params, _FIELD_COLUMNS))
-        if after is not None:
-            clauses.append(keyset_sql(order, after, params, _FIELD_COLUMNS))
-        params.append(limit)
-        rows = await self._pool.fetch(
-            f"SELECT {_SELECT} FROM training_pipelines WHERE {' AND '.join(clauses)}"
-            f" ORDER BY {order_sql(order, _FIELD_COLUMNS)} LIMIT ${len(params)}",
-            *params,
+        sql = page_sql(
+            f"SELECT {_SELECT} FROM training_pipelines",
+            ["project = $1", "location = $2"],
+            params,
+            _FIELD_COLUMNS,
+            where,
+            order,
+            limit,
+            after,
         )
+        rows = await self._pool.fetch(sql, *params)
         return [_from(row).pipeline for row in rows]
 
     async def mark_job_created(self, pipeline_id: str) -> None:

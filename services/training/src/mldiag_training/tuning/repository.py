@@ -14,7 +14,6 @@ from datetime import datetime
 import asyncpg
 
 from mldiag_platform.listing.filtering import Expr, OrderKey
-from mldiag_platform.listing.sql import keyset_sql, order_sql, where_sql
 from mldiag_platform.outbox import Outbox
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.jobs import JobState, RpcStatus
@@ -26,6 +25,7 @@ from mldiag_schemas.tuning import (
     TrialState,
 )
 from mldiag_training.jobs.repository import job_name
+from mldiag_training.listing_sql import page_sql
 
 _JOB_COLUMNS = (
     "job_id, project, location, display_name, labels, body, state, error, seed, revision,"
@@ -334,18 +334,18 @@ class TuningRepository:
         """Tuning jobs of the parent matching ``where`` in ``order`` (ending on the unique
         ``job_id``) after the keyset position ``after``, with their trials."""
         params: list[object] = [project, location]
-        clauses = ["project = $1", "location = $2"]
-        if where is not None:
-            clauses.append(where_sql(where, params, _FIELD_COLUMNS))
-        if after is not None:
-            clauses.append(keyset_sql(order, after, params, _FIELD_COLUMNS))
-        params.append(limit)
+        sql = page_sql(
+            f"SELECT {_JOB_COLUMNS} FROM tuning_jobs",
+            ["project = $1", "location = $2"],
+            params,
+            _FIELD_COLUMNS,
+            where,
+            order,
+            limit,
+            after,
+        )
         async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
-            rows = await conn.fetch(
-                f"SELECT {_JOB_COLUMNS} FROM tuning_jobs WHERE {' AND '.join(clauses)}"
-                f" ORDER BY {order_sql(order, _FIELD_COLUMNS)} LIMIT ${len(params)}",
-                *params,
-            )
+            rows = await conn.fetch(sql, *params)
             trials = await self._trials(conn, [row["job_id"] for row in rows])
         return [_with_trials(_study_from(row), trials.get(row["job_id"], [])) for row in rows]
 
