@@ -85,6 +85,34 @@ def _config(tmp_path: Path, text: str, name: str) -> str:
     return str(path)
 
 
+def _cancel_then_delete(
+    mldiag: Callable[..., Any],
+    api: tuple[str, ...],
+    group: str,
+    what: str,
+    resource_id: str,
+    cancelled_state: str,
+) -> None:
+    """``group cancel`` says so and the resource reaches ``cancelled_state``; ``group delete``
+    says so and ``describe`` then fails with not_found."""
+    cancelled = mldiag(group, "cancel", *api, resource_id)
+    assert cancelled.code == 0, cancelled.err
+    assert f"asked {what} {resource_id} to cancel" in cancelled.out
+    _until(
+        lambda: (
+            _json(mldiag(group, "describe", *api, resource_id, "--format=json"))["state"]
+            == cancelled_state
+        ),
+        f"the {what} to be cancelled",
+    )
+    deleted = mldiag(group, "delete", *api, resource_id)
+    assert deleted.code == 0, deleted.err
+    assert f"deleted {what} {resource_id}" in deleted.out
+    missing = mldiag(group, "describe", *api, resource_id)
+    assert missing.code == 1
+    assert missing.err.startswith("error: ") and "not_found" in missing.err
+
+
 def test_tuning_jobs_from_create_to_delete(
     training: Training, mldiag: Callable[..., Any], tmp_path: Path
 ) -> None:
@@ -223,22 +251,7 @@ def test_a_tuning_job_is_cancelled_then_deleted(
     assert running.err.startswith("error: ")
     assert "Traceback" not in running.err
 
-    cancelled = mldiag("hp-tuning-jobs", "cancel", *api, first)
-    assert cancelled.code == 0, cancelled.err
-    assert f"asked tuning job {first} to cancel" in cancelled.out
-    _until(
-        lambda: (
-            _json(mldiag("hp-tuning-jobs", "describe", *api, first, "--format", "json"))["state"]
-            == "JOB_STATE_CANCELLED"
-        ),
-        "the tuning job to be cancelled",
-    )
-    deleted = mldiag("hp-tuning-jobs", "delete", *api, first)
-    assert deleted.code == 0, deleted.err
-    assert f"deleted tuning job {first}" in deleted.out
-    missing = mldiag("hp-tuning-jobs", "describe", *api, first)
-    assert missing.code == 1
-    assert missing.err.startswith("error: ") and "not_found" in missing.err
+    _cancel_then_delete(mldiag, api, "hp-tuning-jobs", "tuning job", first, "JOB_STATE_CANCELLED")
 
 
 def test_a_refused_tuning_job_names_the_field_and_creates_nothing(
@@ -297,24 +310,14 @@ def test_training_pipelines_from_create_to_delete(
     limited = _json(mldiag("training-pipelines", "list", *api, "--limit=1", "--format=json"))
     assert len(limited["trainingPipelines"]) == 1
 
-    cancelled = mldiag("training-pipelines", "cancel", *api, pipeline_id)
-    assert cancelled.code == 0, cancelled.err
-    assert f"asked training pipeline {pipeline_id} to cancel" in cancelled.out
-    _until(
-        lambda: (
-            _json(mldiag("training-pipelines", "describe", *api, pipeline_id, "--format=json"))[
-                "state"
-            ]
-            == "PIPELINE_STATE_CANCELLED"
-        ),
-        "the pipeline to be cancelled",
+    _cancel_then_delete(
+        mldiag,
+        api,
+        "training-pipelines",
+        "training pipeline",
+        pipeline_id,
+        "PIPELINE_STATE_CANCELLED",
     )
-    deleted = mldiag("training-pipelines", "delete", *api, pipeline_id)
-    assert deleted.code == 0, deleted.err
-    assert f"deleted training pipeline {pipeline_id}" in deleted.out
-    missing = mldiag("training-pipelines", "describe", *api, pipeline_id)
-    assert missing.code == 1
-    assert "not_found" in missing.err
 
     bad = _config(tmp_path, PIPELINE_SHORT.replace("n1-standard-4", "no-such-machine"), "bad.yaml")
     refused = mldiag("training-pipelines", "create", *api, "--config", bad)
