@@ -4,7 +4,7 @@
 
 import { ApiError } from "./api";
 import { secondsBetween } from "./format";
-import { collectionPath, parseResourceName, resourceIdOf } from "./resources";
+import { collectionPath, parseResourceName, resourceIdOf, resourcePath } from "./resources";
 import type { Parent } from "./router";
 
 export type JobState =
@@ -123,7 +123,7 @@ export function jobsPath(parent: Parent): string {
 }
 
 export function jobPath(parent: Parent, jobId: string, suffix = ""): string {
-  return `${jobsPath(parent)}/${encodeURIComponent(jobId)}${suffix}`;
+  return resourcePath(parent, "customJobs", jobId, suffix);
 }
 
 /** `projects/p/locations/l/customJobs/123` → its parent and id (null if not that shape). */

@@ -3,7 +3,7 @@
 // use (which version is the default, the user's aliases, a version's lineage as links).
 
 import { parseJobName } from "./jobs";
-import { collectionPath, parseResourceName, resourceIdOf } from "./resources";
+import { collectionPath, parseResourceName, resourceIdOf, resourcePath } from "./resources";
 import type { Parent } from "./router";
 import { parseTuningJobName } from "./tuning";
 
@@ -47,12 +47,12 @@ export function modelsPath(parent: Parent): string {
 
 /** A model (its default version), `suffix` such as `:listVersions`. */
 export function modelPath(parent: Parent, modelId: string, suffix = ""): string {
-  return `${modelsPath(parent)}/${encodeURIComponent(modelId)}${suffix}`;
+  return resourcePath(parent, "models", modelId, suffix);
 }
 
 /** One version: `.../models/{id}@{version}` (the `@` escaped, as the Vertex SDK sends it). */
 export function modelVersionPath(parent: Parent, modelId: string, versionId: string): string {
-  return `${modelsPath(parent)}/${encodeURIComponent(`${modelId}@${versionId}`)}`;
+  return resourcePath(parent, "models", `${modelId}@${versionId}`);
 }
 
 /** `projects/p/locations/l/models/m` → its parent and id (null if not that shape). */

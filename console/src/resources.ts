@@ -10,6 +10,11 @@ export function collectionPath(parent: Parent, collection: string): string {
   return `/v1/projects/${pathPart(parent.project)}/locations/${pathPart(parent.location)}/${collection}`;
 }
 
+/** One resource, `suffix` such as `:cancel` or `/replicas` (the id escaped whole, `@` included). */
+export function resourcePath(parent: Parent, collection: string, id: string, suffix = ""): string {
+  return `${collectionPath(parent, collection)}/${encodeURIComponent(id)}${suffix}`;
+}
+
 /**
  * `projects/p/locations/l/<collection>/<id>` → its parent and id (null if not that shape).
  * `versioned`: the name may end in `@<version>` (a model's), which is not part of the id.

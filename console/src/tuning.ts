@@ -3,7 +3,7 @@
 // trials' objective values, the best so far, the search space flattened to axes).
 
 import type { CustomJob } from "./jobs";
-import { collectionPath, parseResourceName, resourceIdOf } from "./resources";
+import { collectionPath, parseResourceName, resourceIdOf, resourcePath } from "./resources";
 import type { Parent } from "./router";
 
 /** Enums arrive as names (the console never asks for `enum-encoding=int`); numbers are read too. */
@@ -268,7 +268,7 @@ export function tuningJobsPath(parent: Parent): string {
 }
 
 export function tuningJobPath(parent: Parent, jobId: string, suffix = ""): string {
-  return `${tuningJobsPath(parent)}/${encodeURIComponent(jobId)}${suffix}`;
+  return resourcePath(parent, "hyperparameterTuningJobs", jobId, suffix);
 }
 
 /** `projects/p/locations/l/hyperparameterTuningJobs/7` → its parent and id (null if not that shape). */
