@@ -27,6 +27,7 @@ from mldiag_schemas.jobs import (
 )
 from mldiag_schemas.replicas import CustomJobCreated, CustomJobStateChanged
 from mldiag_schemas.tuning import TrialOfJob
+from mldiag_training.errors import not_found
 from mldiag_training.jobs.errors import (
     CustomJobNotFound,
     InvalidCustomJob,
@@ -273,5 +274,4 @@ async def _nudge(call: Callable[[str], Awaitable[None]], job_id: str) -> None:
 
 
 def _not_found(project: str, location: str, job_id: str) -> CustomJobNotFound:
-    name = job_name(project, location, job_id)
-    return CustomJobNotFound(f"{name} not found", details=[{"resource": name}])
+    return not_found(CustomJobNotFound, job_name(project, location, job_id))

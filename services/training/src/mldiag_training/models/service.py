@@ -38,6 +38,7 @@ from mldiag_schemas.models import (
     UploadModelRequest,
     UploadModelResponse,
 )
+from mldiag_training.errors import not_found
 from mldiag_training.jobs.service import new_job_id
 from mldiag_training.listing import Listing, named_value, page_query
 from mldiag_training.models.artifacts import ArtifactFiles
@@ -114,7 +115,7 @@ def _not_found(project: str, location: str, model_id: str, ref: str | None = Non
     name = model_name(project, location, model_id)
     if ref is not None:
         name = f"{name}@{ref}"
-    return ModelNotFound(f"{name} not found", details=[{"resource": name}])
+    return not_found(ModelNotFound, name)
 
 
 def _parent_id(project: str, location: str, parent_model: str) -> str:
@@ -313,7 +314,7 @@ class ModelsService:
         operation = await self._repository.operation(project, location, model_id, operation_id)
         if operation is None:
             resource = f"{model_name(project, location, model_id)}/operations/{operation_id}"
-            raise ModelNotFound(f"{resource} not found", details=[{"resource": resource}])
+            raise not_found(ModelNotFound, resource)
         return operation
 
     async def list_models(

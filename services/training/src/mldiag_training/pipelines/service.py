@@ -43,6 +43,7 @@ from mldiag_schemas.pipelines import (
     TrainingPipeline,
 )
 from mldiag_schemas.tuning import GoalType, HyperparameterTuningJob, Trial, TrialState
+from mldiag_training.errors import not_found
 from mldiag_training.jobs.service import new_job_id
 from mldiag_training.jobs.validation import MachineResolver, check_machines
 from mldiag_training.listing import Listing, named_value, page_query
@@ -550,5 +551,4 @@ def _invalid(field: str, problem: str) -> InvalidTrainingPipeline:
 
 
 def _not_found(project: str, location: str, pipeline_id: str) -> TrainingPipelineNotFound:
-    name = pipeline_name(project, location, pipeline_id)
-    return TrainingPipelineNotFound(f"{name} not found", details=[{"resource": name}])
+    return not_found(TrainingPipelineNotFound, pipeline_name(project, location, pipeline_id))

@@ -21,6 +21,7 @@ from mldiag_schemas.tuning import (
     TuningJobCreated,
     TuningJobStateChanged,
 )
+from mldiag_training.errors import not_found
 from mldiag_training.jobs.service import JOB_LISTING, new_job_id
 from mldiag_training.listing import named_value, page_query
 from mldiag_training.tuning.errors import (
@@ -192,5 +193,4 @@ class TuningService:
 
 
 def _not_found(project: str, location: str, job_id: str) -> TuningJobNotFound:
-    name = tuning_job_name(project, location, job_id)
-    return TuningJobNotFound(f"{name} not found", details=[{"resource": name}])
+    return not_found(TuningJobNotFound, tuning_job_name(project, location, job_id))
