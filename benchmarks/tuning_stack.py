@@ -28,6 +28,7 @@ executor running trials with this interpreter. Trials are tiny Python scripts th
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -230,7 +231,16 @@ def crash(stack: Stack, client: httpx.Client, scratch: Path, trials: int) -> Non
         "wall_s": round(wall, 1),
     }
     emit("  " + json.dumps(figures))
+    for trial in job.get("trials", []):
+        if trial["state"] != "SUCCEEDED":
+            emit(f"  trial {trial['id']} {trial['state']}: {trial.get('infeasibleReason', '')}")
     emit(f"  goal: {trials} succeeded, 0 lost, 0 twice")
+    if figures["succeeded"] != trials or figures["ran_twice"] or figures["never_ran"]:
+        kept = Path(tempfile.gettempdir()) / "mldiag-bench-tuning-logs"
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.copytree(stack.home / "logs", kept)
+        twice = sorted(trial for trial, lines in starts.items() if len(lines) > 1)
+        emit(f"  the stack's logs are kept in {kept}; trials that ran twice: {twice}")
 
 
 def stopping(client: httpx.Client, scratch: Path, trials: int) -> None:
