@@ -21,7 +21,7 @@ from typing import Any
 from mldiag.api_client import JsonObject
 from mldiag.cli.output import cell, flatten, labels_cell, render_fields, render_table, short_time
 from mldiag.cli.registry import Context, UsageError, add_global_options
-from mldiag.cli.resources import emit_cancelled, emit_deleted, read_mapping
+from mldiag.cli.resources import emit_cancelled, emit_deleted, emit_list, list_all, read_mapping
 from mldiag.credentials import resolve_token
 from mldiag.jobs import CUSTOM_JOBS, JobsClient
 from mldiag.packaging import PackagingError, build_wheel
@@ -470,16 +470,11 @@ def _row(job: JsonObject) -> tuple[str, ...]:
 
 def _list(ctx: Context, args: argparse.Namespace) -> int:
     with _client(ctx, args) as client:
-        jobs: list[JsonObject] = []
-        for job in client.iter_jobs(
-            filter=args.filter, order_by=args.order_by, page_size=args.page_size
-        ):
-            jobs.append(job)
-            if args.limit and len(jobs) >= args.limit:
-                break
-    page = {"customJobs": jobs}
-    ctx.emit(page, lambda: render_table(JOB_COLUMNS, map(_row, jobs)) if jobs else "no jobs")
-    return 0
+        jobs = list_all(
+            client.iter_jobs(filter=args.filter, order_by=args.order_by, page_size=args.page_size),
+            args.limit,
+        )
+    return emit_list(ctx, CUSTOM_JOBS, jobs, JOB_COLUMNS, _row, "no jobs")
 
 
 def _describe(ctx: Context, args: argparse.Namespace) -> int:

@@ -13,14 +13,17 @@ from typing import Any
 
 from mldiag.api_client import ApiError, JsonObject
 from mldiag.cli.jobs import parse_key_values
-from mldiag.cli.output import cell, flatten, labels_cell, render_fields, render_table, short_time
+from mldiag.cli.output import cell, labels_cell, render_table, short_time
 from mldiag.cli.registry import Context, UsageError
 from mldiag.cli.resources import (
     Verb,
     add_list_flags,
     client_kwargs,
     command_group,
+    emit_fields,
+    emit_list,
     list_all,
+    list_flagged,
     order_by,
     resource_id,
 )
@@ -237,26 +240,14 @@ def _version_row(model: JsonObject) -> tuple[str, ...]:
 
 def _list(ctx: Context, args: argparse.Namespace) -> int:
     with _client(ctx, args) as client:
-        models = list_all(
-            client.iter_models(
-                filter=args.filter, order_by=order_by(args.sort_by), page_size=args.page_size
-            ),
-            args.limit,
-        )
-    ctx.emit(
-        {"models": models},
-        lambda: render_table(MODEL_COLUMNS, map(_model_row, models)) if models else "no models",
-    )
-    return 0
+        models = list_flagged(client.iter_models, args)
+    return emit_list(ctx, MODELS, models, MODEL_COLUMNS, _model_row, "no models")
 
 
 def _describe(ctx: Context, args: argparse.Namespace) -> int:
     with _client(ctx, args) as client:
         model = client.get_model(args.model)
-    ctx.emit(
-        model, lambda: render_fields((key, cell(value)) for key, value in flatten(model).items())
-    )
-    return 0
+    return emit_fields(ctx, model)
 
 
 def _versions(ctx: Context, args: argparse.Namespace) -> int:

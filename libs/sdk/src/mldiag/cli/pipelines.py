@@ -20,7 +20,7 @@ from typing import Any
 
 from mldiag.api_client import JsonObject
 from mldiag.cli.jobs import merge_labels
-from mldiag.cli.output import cell, flatten, labels_cell, render_fields, render_table, short_time
+from mldiag.cli.output import cell, labels_cell, short_time
 from mldiag.cli.registry import Context, UsageError
 from mldiag.cli.resources import (
     Verb,
@@ -29,10 +29,11 @@ from mldiag.cli.resources import (
     command_group,
     emit_cancelled,
     emit_deleted,
+    emit_fields,
+    emit_list,
     final_status,
-    list_all,
+    list_flagged,
     mapping,
-    order_by,
     read_config,
     resource_id,
 )
@@ -200,31 +201,14 @@ def _row(pipeline: JsonObject) -> tuple[str, ...]:
 
 def _list(ctx: Context, args: argparse.Namespace) -> int:
     with _client(ctx, args) as client:
-        pipelines = list_all(
-            client.iter_pipelines(
-                filter=args.filter, order_by=order_by(args.sort_by), page_size=args.page_size
-            ),
-            args.limit,
-        )
-    ctx.emit(
-        {"trainingPipelines": pipelines},
-        lambda: (
-            render_table(PIPELINE_COLUMNS, map(_row, pipelines))
-            if pipelines
-            else "no training pipelines"
-        ),
-    )
-    return 0
+        pipelines = list_flagged(client.iter_pipelines, args)
+    return emit_list(ctx, PIPELINES, pipelines, PIPELINE_COLUMNS, _row, "no training pipelines")
 
 
 def _describe(ctx: Context, args: argparse.Namespace) -> int:
     with _client(ctx, args) as client:
         pipeline = client.get_pipeline(args.pipeline)
-    ctx.emit(
-        pipeline,
-        lambda: render_fields((key, cell(value)) for key, value in flatten(pipeline).items()),
-    )
-    return 0
+    return emit_fields(ctx, pipeline)
 
 
 def _cancel(ctx: Context, args: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
 """What the training resource command groups (``hp-tuning-jobs``, ``training-pipelines``,
 ``models``, and in part ``jobs``) share: a command group's verbs, ``--config`` files in either
-key style, gcloud's list flags, table cells of resource names, and what cancel and delete say.
+key style, gcloud's list flags, table cells of resource names, and what list, describe, cancel
+and delete show.
 """
 
 from __future__ import annotations
@@ -9,12 +10,13 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from mldiag._training import parse_resource_name
 from mldiag.api_client import JsonObject
+from mldiag.cli.output import cell, flatten, render_fields, render_table
 from mldiag.cli.registry import Context, UsageError, add_global_options
 from mldiag.credentials import resolve_token
 
@@ -239,4 +241,38 @@ def emit_deleted(
     """Say that ``reference`` (a ``what`` of ``collection``) was deleted; 0."""
     _, _, resource = parse_resource_name(reference, collection)
     ctx.emit(answer, lambda: f"deleted {what} {resource}")
+    return 0
+
+
+def list_flagged(
+    iterate: Callable[..., Iterator[JsonObject]], args: argparse.Namespace
+) -> list[JsonObject]:
+    """Up to ``--limit`` items of a client's ``iter_*`` method, called with the list flags
+    (``--filter``, ``--sort-by``, ``--page-size``; :func:`add_list_flags`)."""
+    return list_all(
+        iterate(filter=args.filter, order_by=order_by(args.sort_by), page_size=args.page_size),
+        args.limit,
+    )
+
+
+def emit_list(
+    ctx: Context,
+    key: str,
+    items: list[JsonObject],
+    columns: Sequence[str],
+    row: Callable[[JsonObject], Sequence[str]],
+    empty: str,
+) -> int:
+    """Show ``items`` as a list page (``{key: items}``) or a table of ``row``s (``empty``
+    when there are none); 0."""
+    ctx.emit({key: items}, lambda: render_table(columns, map(row, items)) if items else empty)
+    return 0
+
+
+def emit_fields(ctx: Context, resource: JsonObject) -> int:
+    """Show ``resource`` as it is, or as a table of its flattened fields; 0."""
+    ctx.emit(
+        resource,
+        lambda: render_fields((key, cell(value)) for key, value in flatten(resource).items()),
+    )
     return 0

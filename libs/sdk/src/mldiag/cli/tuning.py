@@ -24,11 +24,11 @@ from mldiag.cli.resources import (
     command_group,
     emit_cancelled,
     emit_deleted,
+    emit_list,
     final_status,
-    list_all,
+    list_flagged,
     mapping,
     number,
-    order_by,
     positive,
     read_config,
     resource_id,
@@ -189,17 +189,8 @@ def _row(job: JsonObject) -> tuple[str, ...]:
 
 def _list(ctx: Context, args: argparse.Namespace) -> int:
     with _client(ctx, args) as client:
-        jobs = list_all(
-            client.iter_tuning_jobs(
-                filter=args.filter, order_by=order_by(args.sort_by), page_size=args.page_size
-            ),
-            args.limit,
-        )
-    ctx.emit(
-        {"hyperparameterTuningJobs": jobs},
-        lambda: render_table(TUNING_JOB_COLUMNS, map(_row, jobs)) if jobs else "no tuning jobs",
-    )
-    return 0
+        jobs = list_flagged(client.iter_tuning_jobs, args)
+    return emit_list(ctx, TUNING_JOBS, jobs, TUNING_JOB_COLUMNS, _row, "no tuning jobs")
 
 
 TRIAL_COLUMNS = ("TRIAL", "STATE", "PARAMETERS", "FINAL VALUE", "STOPPED EARLY", "CUSTOM JOB")
