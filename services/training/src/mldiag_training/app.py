@@ -79,6 +79,9 @@ def create_app(settings: TrainingSettings | None = None) -> FastAPI:
                 machines,
                 tick_seconds=settings.tuning_tick_seconds,
                 metrics_grace_seconds=settings.tuning_metrics_grace_seconds,
+                # Points held by a consumer that crashed come back after the ack wait.
+                unread_metrics_seconds=settings.nats.ack_wait_seconds
+                + settings.tuning_metrics_grace_seconds,
             )
             tuning = TuningService(tuning_repository, outbox, tuning_controller)
             # The registry; training pipelines import their models through it too.

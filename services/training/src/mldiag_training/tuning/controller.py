@@ -155,6 +155,7 @@ class TuningController:
         *,
         tick_seconds: float = 1.0,
         metrics_grace_seconds: float = 5.0,
+        unread_metrics_seconds: float = 35.0,
     ) -> None:
         self._repository = repository
         self._flusher = flusher
@@ -163,6 +164,7 @@ class TuningController:
         self._machines = machines
         self.tick_seconds = tick_seconds
         self.grace = timedelta(seconds=metrics_grace_seconds)
+        self.unread_limit = timedelta(seconds=unread_metrics_seconds)
         self.floor: MetricsFloor | None = None
         self._locks: dict[str, asyncio.Lock] = {}
         self._searches: dict[str, tuple[int, Search]] = {}
@@ -350,7 +352,7 @@ class TuningController:
             search = self._search(unit)
             if before is not None:
                 await before(unit, search)
-            await StudyPass(unit, search, self.metrics_floor, self.grace).run()
+            await StudyPass(unit, search, self.metrics_floor, self.grace, self.unread_limit).run()
         if unit.dirty:
             self._searches[job_id] = (unit.study.revision, search)
         if unit.study.job.state in TERMINAL_JOB_STATES:

@@ -56,9 +56,11 @@ class StudyPass:
         search: Search,
         floor: Callable[[], Awaitable[int | None]],
         grace: timedelta,
+        unread_limit: timedelta,
     ) -> None:
         self._floor = floor
         self._grace = grace
+        self._unread_limit = unread_limit
         self._unit = unit
         self._search = search
         self._now = datetime.now(UTC)
@@ -101,10 +103,12 @@ class StudyPass:
             # Points of a trial that reported nothing yet may still be on their way (the
             # launcher's last forward races the replica's exit): give them the grace too.
             hopeful = read and final_measurement(trial.measurements, self._spec) is None
-            in_grace = (
-                trial.job_end_time is not None and self._now - trial.job_end_time < self._grace
-            )
-            if (not read or hopeful) and in_grace:
+            waited = self._now - trial.job_end_time if trial.job_end_time else None
+            # Unread points may sit with a consumer that crashed holding them: JetStream
+            # gives them again once their ack wait has passed, so wait for that much.
+            if not read and waited is not None and waited < self._unread_limit:
+                continue
+            if hopeful and waited is not None and waited < self._grace:
                 continue
             if not read:
                 log.warning(
