@@ -2,6 +2,7 @@
 PostgreSQL. No executor runs here: the tests play the trials' world on the bus (their metric
 points, their custom jobs' ends) and watch the controller drive the study."""
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -555,7 +556,13 @@ async def test_a_trial_whose_job_someone_cancelled_is_infeasible(
     assert response.status_code == 200, response.text
     job_id = ident(response.json())
     [trial] = await trials_of(training_api, job_id, 1)
-    cancelled = await training_api.post(f"/v1/customJobs/{ident(trial['customJob'])}:cancel")
+    # The trial is stored (and served) a moment before its custom job is created.
+    custom_job = ident(trial["customJob"])
+    for _ in range(100):
+        if (await training_api.get(f"/v1/customJobs/{custom_job}")).status_code == 200:
+            break
+        await asyncio.sleep(0.1)
+    cancelled = await training_api.post(f"/v1/customJobs/{custom_job}:cancel")
     assert cancelled.status_code == 200, cancelled.text
     done = await ended(training_api, job_id)
     [trial] = done["trials"]
