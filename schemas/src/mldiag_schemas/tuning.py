@@ -187,38 +187,6 @@ class CategoricalValueCondition(Contract):
     values: list[str] = Field(min_length=1, description="Parent values.")
 
 
-class ConditionalParameterSpec(Contract):
-    """A child parameter searched only when its parent takes one of some values."""
-
-    parent_discrete_values: DiscreteValueCondition | None = Field(
-        default=None, description="For a DISCRETE parent."
-    )
-    parent_int_values: IntValueCondition | None = Field(
-        default=None, description="For an INTEGER parent."
-    )
-    parent_categorical_values: CategoricalValueCondition | None = Field(
-        default=None, description="For a CATEGORICAL parent."
-    )
-    parameter_spec: "ParameterSpec" = Field(description="The child parameter.")
-
-    @model_validator(mode="after")
-    def _one_condition(self) -> "ConditionalParameterSpec":
-        given = [
-            c
-            for c in (
-                self.parent_discrete_values,
-                self.parent_int_values,
-                self.parent_categorical_values,
-            )
-            if c is not None
-        ]
-        if len(given) != 1:
-            raise ValueError(
-                "set exactly one of parentDiscreteValues, parentIntValues, parentCategoricalValues"
-            )
-        return self
-
-
 class ParameterSpec(Contract):
     """One hyperparameter: its id (the trial's ``--<id>=`` argument), its domain, its scale
     and the parameters that depend on it."""
@@ -238,7 +206,7 @@ class ParameterSpec(Contract):
     scale_type: Annotated[ScaleType, _enum(ScaleType)] = Field(
         default=ScaleType.UNSPECIFIED, description="How values are spread (not for CATEGORICAL)."
     )
-    conditional_parameter_specs: list[ConditionalParameterSpec] = Field(
+    conditional_parameter_specs: list["ConditionalParameterSpec"] = Field(
         default_factory=list, description="Children searched under some of its values."
     )
 
@@ -258,6 +226,38 @@ class ParameterSpec(Contract):
             raise ValueError(
                 "set exactly one of doubleValueSpec, integerValueSpec, categoricalValueSpec, "
                 "discreteValueSpec"
+            )
+        return self
+
+
+class ConditionalParameterSpec(Contract):
+    """A child parameter searched only when its parent takes one of some values."""
+
+    parent_discrete_values: DiscreteValueCondition | None = Field(
+        default=None, description="For a DISCRETE parent."
+    )
+    parent_int_values: IntValueCondition | None = Field(
+        default=None, description="For an INTEGER parent."
+    )
+    parent_categorical_values: CategoricalValueCondition | None = Field(
+        default=None, description="For a CATEGORICAL parent."
+    )
+    parameter_spec: ParameterSpec = Field(description="The child parameter.")
+
+    @model_validator(mode="after")
+    def _one_condition(self) -> "ConditionalParameterSpec":
+        given = [
+            c
+            for c in (
+                self.parent_discrete_values,
+                self.parent_int_values,
+                self.parent_categorical_values,
+            )
+            if c is not None
+        ]
+        if len(given) != 1:
+            raise ValueError(
+                "set exactly one of parentDiscreteValues, parentIntValues, parentCategoricalValues"
             )
         return self
 
@@ -516,4 +516,4 @@ class TrialEnded(Envelope):
         return self.trial_job_id
 
 
-ConditionalParameterSpec.model_rebuild()
+ParameterSpec.model_rebuild()  # its children are ConditionalParameterSpecs, defined after it
