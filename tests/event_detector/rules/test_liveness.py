@@ -76,6 +76,51 @@ def test_a_step_recorded_again_is_a_restart_resolved_once_past_the_old_step() ->
     assert resolved.time_lost_seconds >= 30
 
 
+def _steps_on_h0(feed: Feed, first: int, last: int, seconds: float = 0.2) -> None:
+    for step in range(first, last + 1):
+        feed.advance(seconds)
+        feed.step(step, h0={"step_time": seconds})
+
+
+def test_a_new_pid_already_past_the_old_step_then_its_steps_again_is_one_interruption() -> None:
+    """Heartbeats and metrics come through different consumers: the new process's heartbeat
+    can arrive after it went past the old step, and its steps recorded again after that."""
+    feed = Feed()
+    feed.send(feed.heartbeat("h0", pid=10))
+    _steps_on_h0(feed, 1, 20)
+    feed.advance(15)
+    feed.send(feed.heartbeat("h0", pid=11, step=25))  # late: the new life is at step 25
+    [event] = feed.opened()
+    assert feed.is_resolved(event)
+    _steps_on_h0(feed, 11, 25)  # the new life's steps, read after its heartbeat
+    assert feed.opened() == [event]
+    assert feed.state.hosts["h0"].restarts == 1
+
+
+def test_steps_again_then_the_new_pid_is_one_interruption() -> None:
+    feed = Feed()
+    feed.send(feed.heartbeat("h0", pid=10))
+    _steps_on_h0(feed, 1, 20)
+    feed.advance(15)
+    _steps_on_h0(feed, 11, 22)  # back past the old step before its heartbeat is read
+    [event] = feed.opened()
+    assert feed.is_resolved(event)
+    feed.send(feed.heartbeat("h0", pid=11))
+    assert feed.opened() == [event]
+    assert feed.state.hosts["h0"].restarts == 1
+
+
+def test_a_second_restart_long_after_the_first_is_a_second_interruption() -> None:
+    feed = Feed()
+    feed.send(feed.heartbeat("h0", pid=10))
+    _steps_on_h0(feed, 1, 20)
+    feed.advance(15)
+    feed.send(feed.heartbeat("h0", pid=11, step=21))  # no steps recorded again: resumed at 21
+    feed.advance(300)
+    _steps_on_h0(feed, 15, 30)
+    assert [e.type for e in feed.opened()] == [EventType.ORCHESTRATOR_INTERRUPTION] * 2
+
+
 def test_sigterm_then_a_new_pid_is_one_interruption() -> None:
     feed = Feed()
     feed.send(feed.heartbeat("h0", pid=10))

@@ -118,6 +118,10 @@ class HostState(State):
     """A job's replica: its processes (pid → first heard), the last few."""
     gone_pids: list[int] = Field(default_factory=list)
     """A job's replica: processes of attempts the job has replaced."""
+    new_process_at: datetime | None = None
+    """A restart seen as a new process, not yet seen again as a step recorded twice."""
+    step_again_at: datetime | None = None
+    """A restart seen as a step recorded twice, not yet seen again as a new process."""
 
 
 class SeriesWatch(State):

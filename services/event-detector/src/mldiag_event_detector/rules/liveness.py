@@ -162,6 +162,16 @@ def on_progress(book: EventBook, host: str, step: int, now: datetime) -> None:
         )
 
 
+RESTART_PAIRING_SECONDS = 120.0
+"""One restart is seen twice, as a new process (heartbeats) and as steps recorded again
+(metrics), through different consumers and in either order: the second sighting within this
+long of the first is the same interruption."""
+
+
+def _seen_before(mark: datetime | None, at: datetime) -> bool:
+    return mark is not None and abs((at - mark).total_seconds()) <= RESTART_PAIRING_SECONDS
+
+
 def _interruption(
     book: EventBook,
     host: str,
@@ -169,11 +179,18 @@ def _interruption(
     facts: dict[str, str | int | None],
     at: datetime,
     since: datetime | None = None,
+    *,
+    known: bool = False,
 ) -> None:
+    """Open the interruption, or add the cause to the open one. A ``known`` restart (its
+    other sighting came first) only adds to the event still open: one the run has already
+    recovered from is not opened again."""
     state = book.state
     if not book.policy.enabled(RuleName.INTERRUPTION):
         return
     current = state.open_events.get(INTERRUPTION)
+    if known and current is None:
+        return
     hosts = sorted({*(current.hosts if current else []), *([host] if host else [])})
     previous = current.evidence.facts if current else {}
     earlier = previous.get("causes")
@@ -198,9 +215,14 @@ def on_restart(
     book: EventBook, name: str, host: HostState, reached: int, step: int, now: datetime
 ) -> None:
     """A host recorded a step it had recorded before: it restarted from a checkpoint."""
-    host.restarts += 1
     state = book.state
-    state.max_step_before_restart = max(state.max_step_before_restart or 0, reached)
+    known = _seen_before(host.new_process_at, now)
+    if known:
+        host.new_process_at = None
+    else:
+        host.restarts += 1
+        host.step_again_at = now
+        state.max_step_before_restart = max(state.max_step_before_restart or 0, reached)
     state.note(f"{now.isoformat()} restart on {name or 'host'}: step {step} again after {reached}")
     _interruption(
         book,
@@ -208,6 +230,7 @@ def on_restart(
         f"restart from step {step} (had reached {reached})",
         {"restartedAtStep": step, "reachedStep": reached, "lostSteps": reached - step + 1},
         now,
+        known=known,
     )
 
 
@@ -215,12 +238,21 @@ def on_new_process(
     book: EventBook, name: str, host: HostState, old_pid: int, new_pid: int, now: datetime
 ) -> None:
     """A process index came back with a new pid: the process was restarted."""
-    host.restarts += 1
     state = book.state
     state.note(f"{now.isoformat()} new process on {name or 'host'}: pid {old_pid} → {new_pid}")
-    if host.last_step is not None:
-        state.max_step_before_restart = max(state.max_step_before_restart or 0, host.last_step)
-    _interruption(book, name, f"process restarted (pid {old_pid} → {new_pid})", {}, now)
+    known = _seen_before(host.step_again_at, now)
+    if known:
+        host.step_again_at = None
+    else:
+        host.restarts += 1
+        host.new_process_at = now
+        if host.last_step is not None:
+            state.max_step_before_restart = max(
+                state.max_step_before_restart or 0, host.last_step
+            )
+    _interruption(
+        book, name, f"process restarted (pid {old_pid} → {new_pid})", {}, now, known=known
+    )
 
 
 # --- a training job's replicas -----------------------------------------------------------------
@@ -304,7 +336,12 @@ def _job_restart_check(book: EventBook, name: str, host: HostState) -> None:
     back_at, new_pid = newcomers[0]
     del state.downs[name]
     host.gone_pids = [*host.gone_pids, *_down_pids(down)][-2 * MAX_PIDS :]
-    host.restarts += 1
+    known = _seen_before(host.step_again_at, back_at)
+    if known:
+        host.step_again_at = None
+    else:
+        host.restarts += 1
+        host.new_process_at = back_at
     why = down.get("classification") or "went down"
     state.note(f"{back_at.isoformat()} new process on {name or 'host'} after it went down ({why})")
     _interruption(
@@ -314,6 +351,7 @@ def _job_restart_check(book: EventBook, name: str, host: HostState) -> None:
         {"restartedReplica": name, "downClassification": str(why)},
         back_at,
         since=went_down,
+        known=known,
     )
     event = state.open_events.get(INTERRUPTION)
     if event is not None and state.max_step_before_restart is None and not state.downs:
