@@ -64,6 +64,18 @@ class Permission(enum.StrEnum):
     MODELS_LIST = "models.list"
     MODELS_UPDATE = "models.update"
     MODELS_DELETE = "models.delete"
+    CHANNELS_CREATE = "notificationChannels.create"
+    CHANNELS_GET = "notificationChannels.get"
+    CHANNELS_LIST = "notificationChannels.list"
+    CHANNELS_UPDATE = "notificationChannels.update"
+    CHANNELS_DELETE = "notificationChannels.delete"
+    CHANNELS_TEST = "notificationChannels.test"
+    ALERT_RULES_CREATE = "alertRules.create"
+    ALERT_RULES_GET = "alertRules.get"
+    ALERT_RULES_LIST = "alertRules.list"
+    ALERT_RULES_UPDATE = "alertRules.update"
+    ALERT_RULES_DELETE = "alertRules.delete"
+    DELIVERIES_LIST = "notificationDeliveries.list"
 
 
 class Role(enum.StrEnum):
@@ -100,6 +112,12 @@ _VIEWER = frozenset(
         Permission.PIPELINES_LIST,
         Permission.MODELS_GET,
         Permission.MODELS_LIST,
+        # A channel's secrets are never returned, so reading channels reveals no secret.
+        Permission.CHANNELS_GET,
+        Permission.CHANNELS_LIST,
+        Permission.ALERT_RULES_GET,
+        Permission.ALERT_RULES_LIST,
+        Permission.DELIVERIES_LIST,
     }
 )
 _EDITOR = _VIEWER | {
@@ -131,6 +149,13 @@ _EDITOR = _VIEWER | {
     Permission.MODELS_UPLOAD,
     Permission.MODELS_UPDATE,
     Permission.MODELS_DELETE,
+    Permission.CHANNELS_CREATE,
+    Permission.CHANNELS_UPDATE,
+    Permission.CHANNELS_DELETE,
+    Permission.CHANNELS_TEST,
+    Permission.ALERT_RULES_CREATE,
+    Permission.ALERT_RULES_UPDATE,
+    Permission.ALERT_RULES_DELETE,
 }
 _ADMIN = _EDITOR | {Permission.TOKENS_CREATE, Permission.TOKENS_LIST, Permission.TOKENS_DELETE}
 

@@ -11,6 +11,15 @@ from typing import Any
 from pydantic import BaseModel
 
 from mldiag_schemas import bus
+from mldiag_schemas.alerts import (
+    AlertRule,
+    ListAlertRulesResponse,
+    ListNotificationChannelsResponse,
+    ListNotificationDeliveriesResponse,
+    Notification,
+    NotificationChannel,
+    TestChannelResponse,
+)
 from mldiag_schemas.analyses import ListAnalysesResponse
 from mldiag_schemas.auth import Caller, CreatedToken, CreateTokenRequest, ListTokensResponse
 from mldiag_schemas.errors import ErrorBody
@@ -23,6 +32,7 @@ from mldiag_schemas.jobs import (
     ListReplicasResponse,
     VertexErrorBody,
 )
+from mldiag_schemas.logs import ListLogsResponse, WriteLogsRequest, WriteLogsResponse
 from mldiag_schemas.messages import MESSAGE_TYPES, SUBJECT_OF
 from mldiag_schemas.models import (
     ListModelsResponse,
@@ -137,6 +147,16 @@ RESOURCE_TYPES: tuple[type[BaseModel], ...] = (
     VertexErrorBody,
     UploadedPackage,
     ListJobLogsResponse,
+    WriteLogsRequest,
+    WriteLogsResponse,
+    ListLogsResponse,
+    NotificationChannel,
+    ListNotificationChannelsResponse,
+    AlertRule,
+    ListAlertRulesResponse,
+    Notification,
+    ListNotificationDeliveriesResponse,
+    TestChannelResponse,
 )
 """HTTP request and response bodies."""
 

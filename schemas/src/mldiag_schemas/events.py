@@ -11,6 +11,7 @@ from mldiag_schemas.analyses import AnalyzerReport
 from mldiag_schemas.base import Contract
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.ids import RunId
+from mldiag_schemas.logs import LogExcerpt
 
 EVENT_ID_NAMESPACE = uuid.UUID("5b7f6f3e-2a4f-4d55-9c55-1f0c1b7e0e01")
 """uuid5 namespace of workload event ids (the same signal always yields the same id)."""
@@ -120,6 +121,89 @@ class WorkloadEvent(Contract):
     )
 
 
+class ProcessShare(Contract):
+    """A process on a host and its share of the host, as sampled (one of the top few)."""
+
+    name: str = Field(description="Its name (the executable, or the script python runs).")
+    pid: int = Field(description="Its process id.")
+    cpu_percent: float | None = Field(
+        default=None, description="Its CPU, in % of the whole host (all cores = 100)."
+    )
+    memory_percent: float | None = Field(
+        default=None, description="Its resident memory, in % of the host's memory."
+    )
+
+
+class Contention(Contract):
+    """What contention on a host looked like around an event: the recent median of each
+    sampled signal (unset where the host does not sample it), and its baseline (the
+    median of the run's first samples after warm-up) where a change is what matters."""
+
+    cpu_user_percent: float | None = Field(default=None, description="Host CPU in user mode.")
+    cpu_system_percent: float | None = Field(default=None, description="Host CPU in the kernel.")
+    cpu_iowait_percent: float | None = Field(default=None, description="Host CPU waiting on I/O.")
+    cpu_steal_percent: float | None = Field(
+        default=None, description="Host CPU taken by the hypervisor for other guests."
+    )
+    run_cpu_percent: float | None = Field(
+        default=None, description="The run's own process tree, in % of the whole host."
+    )
+    run_cpu_baseline_percent: float | None = Field(
+        default=None, description="The run's own share in its baseline."
+    )
+    other_cpu_percent: float | None = Field(
+        default=None, description="Host CPU used by everything but the run's processes."
+    )
+    other_cpu_baseline_percent: float | None = Field(
+        default=None, description="The same in the run's baseline."
+    )
+    load_per_cpu: float | None = Field(
+        default=None, description="1-minute load average divided by the host's CPUs."
+    )
+    swap_used_percent: float | None = Field(default=None, description="Swap in use.")
+    swap_io_bytes_per_second: float | None = Field(
+        default=None, description="Pages swapped in and out, in bytes per second."
+    )
+    run_memory_rss_bytes: float | None = Field(
+        default=None, description="The run's process tree's resident memory."
+    )
+    run_memory_rss_baseline_bytes: float | None = Field(
+        default=None, description="The same in the run's baseline."
+    )
+    disk_busy_percent: float | None = Field(
+        default=None, description="Share of time the busiest disk had I/O in flight."
+    )
+    disk_read_bytes_per_second: float | None = Field(default=None, description="Disk reads.")
+    disk_write_bytes_per_second: float | None = Field(default=None, description="Disk writes.")
+    disk_bytes_per_second_baseline: float | None = Field(
+        default=None, description="Disk reads + writes in the run's baseline."
+    )
+    network_receive_bytes_per_second: float | None = Field(
+        default=None, description="Network received."
+    )
+    network_transmit_bytes_per_second: float | None = Field(
+        default=None, description="Network sent."
+    )
+    top_processes: list[ProcessShare] = Field(
+        default_factory=list,
+        description="The other processes taking the most CPU or memory (latest sample while"
+        " the host was contended), most first.",
+    )
+    accelerator_ecc_errors: float | None = Field(
+        default=None, description="Uncorrected ECC errors counted since the run's first sample."
+    )
+    accelerator_xid_errors: list[int] = Field(
+        default_factory=list, description="XID error codes the GPUs reported (NVIDIA)."
+    )
+    accelerator_throttle_reasons: list[str] = Field(
+        default_factory=list,
+        description="Why GPU clocks are held down (`power`, `thermal`, `hw-slowdown`, …).",
+    )
+    pcie_bytes_per_second: float | None = Field(
+        default=None, description="PCIe throughput of the GPUs (rx + tx)."
+    )
+
+
 class HostSnapshot(Contract):
     """What the detector knows about one host of a run when an event opens."""
 
@@ -156,6 +240,9 @@ class HostSnapshot(Contract):
         default_factory=dict, description="Its environment fingerprint (from heartbeats)."
     )
     restarts: int = Field(default=0, description="Restarts seen (step recorded again, new pid).")
+    contention: Contention | None = Field(
+        default=None, description="Contention on the host around the event, where sampled."
+    )
 
 
 class RunContext(Contract):
@@ -180,6 +267,11 @@ class RunContext(Contract):
     events: list[str] = Field(
         default_factory=list, description="Other open events of the run (type: display name)."
     )
+    log_excerpts: list[LogExcerpt] = Field(
+        default_factory=list,
+        description="Telling log lines of the run around the event (tracebacks, out-of-memory"
+        " messages, timeouts, kills), oldest first.",
+    )
 
 
 class WorkloadEventOpened(Envelope):
@@ -202,6 +294,11 @@ class WorkloadEventUpdated(Envelope):
 
     type: Literal["events.workload.updated"] = "events.workload.updated"
     event: WorkloadEvent = Field(description="The event after the change.")
+    context: RunContext | None = Field(
+        default=None,
+        description="The run's signals now, when the change brought new evidence (the"
+        " analyzer analyses the event again).",
+    )
 
     def partition(self) -> str:
         """The run id: the last subject token."""

@@ -9,6 +9,7 @@ from mldiag_schemas import bus
 from mldiag_schemas.analyses import AnalysisCompleted
 from mldiag_schemas.envelope import Envelope, upcast
 from mldiag_schemas.events import WorkloadEventOpened, WorkloadEventResolved, WorkloadEventUpdated
+from mldiag_schemas.logs import LogLinesReceived
 from mldiag_schemas.monitoring import MonitoringRulesChanged
 from mldiag_schemas.profiling import (
     CaptureProfile,
@@ -48,6 +49,7 @@ BusMessage = Annotated[
     | RunHeartbeat
     | WorkloadSignalReported
     | RunConfigsReported
+    | LogLinesReceived
     | RunCreated
     | RunUpdated
     | RunPhaseChanged
@@ -83,6 +85,7 @@ MESSAGE_TYPES: tuple[type[Envelope], ...] = (
     RunHeartbeat,
     WorkloadSignalReported,
     RunConfigsReported,
+    LogLinesReceived,
     RunCreated,
     RunUpdated,
     RunPhaseChanged,
@@ -117,6 +120,7 @@ SUBJECT_OF: dict[type[Envelope], str] = {
     RunHeartbeat: bus.HEARTBEAT_RECEIVED,
     WorkloadSignalReported: bus.SIGNAL_RECEIVED,
     RunConfigsReported: bus.CONFIGS_RECEIVED,
+    LogLinesReceived: bus.LOGS_RECEIVED,
     RunCreated: bus.RUN_CREATED,
     RunUpdated: bus.RUN_UPDATED,
     RunPhaseChanged: bus.RUN_PHASE_CHANGED,

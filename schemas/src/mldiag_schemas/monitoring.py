@@ -41,6 +41,58 @@ TEMPERATURE = "gpu_temperature_celsius"
 SM_CLOCK = "gpu_sm_clock_mhz"
 """GPU SM clock; a drop against its own baseline is throttling."""
 
+# What contention looks like (sampled every second by the SDK, `mldiag run` and `mldiag
+# agent` from cumulative counters; each left out where the host cannot tell it).
+HOST_CPU_USER = "host_cpu_user_percent"
+"""Host CPU time in user mode (% of all cores; user + nice)."""
+HOST_CPU_SYSTEM = "host_cpu_system_percent"
+"""Host CPU time in the kernel (% of all cores; system + irq + softirq)."""
+HOST_CPU_IOWAIT = "host_cpu_iowait_percent"
+"""Host CPU time idle while waiting on I/O (% of all cores)."""
+HOST_CPU_STEAL = "host_cpu_steal_percent"
+"""Host CPU time the hypervisor gave other guests (% of all cores)."""
+RUN_CPU = "run_cpu_utilization"
+"""CPU of the run's own process tree on the host (% of all cores, so comparable with
+``host_cpu_utilization``; host minus run is what others take)."""
+RUN_MEMORY = "run_memory_rss_bytes"
+"""Resident memory of the run's own process tree on the host."""
+HOST_LOAD = "host_load_per_cpu"
+"""1-minute load average divided by the number of CPUs."""
+HOST_SWAP = "host_swap_utilization"
+"""Swap in use (%)."""
+HOST_SWAP_IO = "host_swap_io_bytes_per_second"
+"""Bytes swapped in and out per second."""
+DISK_BUSY = "host_disk_busy_percent"
+"""Share of time the busiest disk had I/O in flight (%)."""
+DISK_READ = "host_disk_read_bytes_per_second"
+"""Bytes read from disks per second."""
+DISK_WRITE = "host_disk_write_bytes_per_second"
+"""Bytes written to disks per second."""
+NETWORK_RECEIVE = "host_network_receive_bytes_per_second"
+"""Bytes received on non-loopback interfaces per second."""
+NETWORK_TRANSMIT = "host_network_transmit_bytes_per_second"
+"""Bytes sent on non-loopback interfaces per second."""
+TOP_PROCESS_CPU = "host_top_process_cpu_percent"
+"""CPU of one of the top other processes (% of all cores); labels ``process`` (its name) and
+``pid``. Sampled only while the host is busy, at most every few seconds."""
+TOP_PROCESS_MEMORY = "host_top_process_memory_percent"
+"""Resident memory of one of the top other processes (% of host memory); labels as above.
+Sampled only while host memory is short."""
+GPU_ECC_ERRORS = "gpu_ecc_uncorrected_errors"
+"""Uncorrected ECC errors of a GPU (volatile counter), label ``device``."""
+GPU_XID = "gpu_xid_error"
+"""An XID error a GPU reported: one point per error, its value the XID code; ``device``."""
+GPU_THROTTLE_REASONS = "gpu_throttle_reasons"
+"""NVML's clock-throttle-reasons bit mask of a GPU, label ``device``."""
+GPU_PCIE_RX = "gpu_pcie_rx_bytes_per_second"
+"""PCIe bytes received by a GPU per second, label ``device``."""
+GPU_PCIE_TX = "gpu_pcie_tx_bytes_per_second"
+"""PCIe bytes sent by a GPU per second, label ``device``."""
+PROCESS_LABEL = "process"
+"""Label of ``host_top_process_*`` naming the process."""
+PID_LABEL = "pid"
+"""Label of ``host_top_process_*`` with the process id."""
+
 
 class RuleName(enum.StrEnum):
     """The detection rules."""
@@ -83,6 +135,34 @@ def _spec(name: RuleName, event_type: str, summary: str, **thresholds: Threshold
     return RuleSpec(name, event_type, summary, thresholds)
 
 
+MATERIALITY: dict[str, Threshold] = {
+    "minDurationSteps": Threshold(
+        20, "The deviation must last this many typical steps before the event opens..."
+    ),
+    "minDurationSeconds": Threshold(10.0, "...and at least this many seconds."),
+    "minLostSteps": Threshold(
+        5, "It must have cost this many typical steps' worth of time before it opens..."
+    ),
+    "minLostSeconds": Threshold(2.0, "...and at least this many seconds."),
+    "resolveSteps": Threshold(
+        20,
+        "Healthy for this many typical steps before the event resolves (a relapse"
+        " sooner stays the same event)...",
+    ),
+    "resolveSeconds": Threshold(10.0, "...and at least this many seconds."),
+}
+"""Thresholds every slowdown rule has: an event is worth a person's attention only once it
+has lasted and cost enough (scaled to the run's step time); short blips stay in the metrics."""
+
+SLOWDOWN_RULES = (
+    RuleName.DUTY_CYCLE_DROP,
+    RuleName.STEP_TIME_REGRESSION,
+    RuleName.STRAGGLER,
+    RuleName.INPUT_STALL,
+)
+"""The rules whose events are slowdowns (and so have the :data:`MATERIALITY` thresholds)."""
+
+
 RULES: dict[RuleName, RuleSpec] = {
     spec.name: spec
     for spec in (
@@ -96,6 +176,7 @@ RULES: dict[RuleName, RuleSpec] = {
             warmupSamples=Threshold(2, "Samples ignored at the start (compilation)."),
             baselineSamples=Threshold(6, "Samples whose median is the baseline."),
             windowSamples=Threshold(3, "Consecutive low samples needed to open or resolve."),
+            **MATERIALITY,
         ),
         _spec(
             RuleName.STEP_TIME_REGRESSION,
@@ -108,6 +189,7 @@ RULES: dict[RuleName, RuleSpec] = {
             warmupSteps=Threshold(3, "Steps ignored at the start (compilation)."),
             baselineSteps=Threshold(20, "Steps whose median and MAD are the baseline."),
             windowSteps=Threshold(5, "Recent steps compared with the baseline."),
+            **MATERIALITY,
         ),
         _spec(
             RuleName.STRAGGLER,
@@ -119,6 +201,7 @@ RULES: dict[RuleName, RuleSpec] = {
             minSlowdown=Threshold(0.15, "Smallest relative slowdown worth an event."),
             windowSteps=Threshold(5, "Steps per window."),
             windows=Threshold(3, "Consecutive slow windows needed (as many healthy ones resolve)."),
+            **MATERIALITY,
         ),
         _spec(
             RuleName.HANG,
@@ -170,6 +253,7 @@ RULES: dict[RuleName, RuleSpec] = {
             " `windowSteps` steps.",
             waitFraction=Threshold(0.15, "Share of the step spent waiting for input."),
             windowSteps=Threshold(5, "Steps in the window."),
+            **MATERIALITY,
         ),
         _spec(
             RuleName.CHECKPOINT_STALL,
