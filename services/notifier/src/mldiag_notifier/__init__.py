@@ -1,0 +1,1 @@
+"""mldiag notifier: delivers workload events to people and systems."""
