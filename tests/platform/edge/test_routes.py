@@ -73,6 +73,7 @@ def test_every_operation_goes_to_the_service_that_serves_it(apps: dict[str, Fast
     ("path", "service"),
     [
         ("/v1/machineLearningRuns/r1/metrics:write", "ingestion"),
+        ("/v1/projects/p/locations/l/machineLearningRuns/r1/logs:write", "ingestion"),
         ("/v1/projects/p/locations/us-central1/machineLearningRuns/r1:heartbeat", "ingestion"),
         ("/v1/machineLearningRuns/r1:reportSignal", "ingestion"),
         ("/v1/metrics", "ingestion"),
@@ -92,6 +93,8 @@ def test_every_operation_goes_to_the_service_that_serves_it(apps: dict[str, Fast
         ("/v1/machineLearningRuns/r1/metrics", "run-registry"),
         ("/v1/machineLearningRuns/r1/metrics/train/metrics:write", "run-registry"),
         ("/v1/machineLearningRuns/r1/metrics:latest", "run-registry"),
+        ("/v1/machineLearningRuns/r1/logs", "run-registry"),
+        ("/v1/projects/p/locations/l/machineLearningRuns/r1/logs", "run-registry"),
         ("/v1/metricsfoo", "run-registry"),
         ("/v1/customJobsAndMore", "run-registry"),
         ("/v1/modelsX", "run-registry"),

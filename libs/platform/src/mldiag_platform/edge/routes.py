@@ -39,9 +39,10 @@ class Route:
 
 ROUTES: tuple[Route, ...] = (
     Route(
-        rf"/v1/{_SCOPE}machineLearningRuns/[^/]+(/metrics:write|:heartbeat|:reportSignal)$",
+        rf"/v1/{_SCOPE}machineLearningRuns/[^/]+"
+        r"(/metrics:write|/logs:write|:heartbeat|:reportSignal)$",
         INGESTION,
-        "telemetry writes: metric points, heartbeats, lifecycle signals",
+        "telemetry writes: metric points, log lines, heartbeats, lifecycle signals",
     ),
     Route(r"/v1/(metrics|logs)$", INGESTION, "OTLP/HTTP exporters (gRPC has a port of its own)"),
     Route(r"/v1/xprofInstances(/|$)", XPROF_PROVISIONER, "XProf instances"),
