@@ -19,6 +19,7 @@ MODULES = {
     "ingestion": "mldiag_ingestion",
     "xprof-provisioner": "mldiag_xprof_provisioner",
     "training": "mldiag_training",
+    "notifier": "mldiag_notifier",
 }
 """Every service with an HTTP API for users, and its package."""
 TABLE = RouteTable()
@@ -88,6 +89,10 @@ def test_every_operation_goes_to_the_service_that_serves_it(apps: dict[str, Fast
         ("/v1/projects/p/locations/l/models/7@1", "training"),
         ("/upload/v1/projects/p/locations/l/customJobs/1/packages", "training"),
         ("/v1/xprofInstances", "xprof-provisioner"),
+        ("/v1/projects/p/locations/l/notificationChannels", "notifier"),
+        ("/v1/notificationChannels/ops-hook:test", "notifier"),
+        ("/v1/projects/p/locations/us-central1/alertRules/r1", "notifier"),
+        ("/v1/notificationDeliveries", "notifier"),
         ("/xprof/open", "xprof-provisioner"),
         # Look-alikes that belong to the registry.
         ("/v1/machineLearningRuns/r1/metrics", "run-registry"),
@@ -98,6 +103,7 @@ def test_every_operation_goes_to_the_service_that_serves_it(apps: dict[str, Fast
         ("/v1/metricsfoo", "run-registry"),
         ("/v1/customJobsAndMore", "run-registry"),
         ("/v1/modelsX", "run-registry"),
+        ("/v1/alertRulesX", "run-registry"),
         ("/v1/projects/p/locations/l/operations/o1", "run-registry"),
         ("/console/", "run-registry"),
         ("/healthz", "run-registry"),

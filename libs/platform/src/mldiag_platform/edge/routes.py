@@ -20,6 +20,7 @@ RUN_REGISTRY = "run-registry"
 INGESTION = "ingestion"
 TRAINING = "training"
 XPROF_PROVISIONER = "xprof-provisioner"
+NOTIFIER = "notifier"
 
 _SCOPE = r"(projects/[^/]+/locations/[^/]+/)?"
 """The optional ``projects/{p}/locations/{l}/`` of a resource path (short and long forms)."""
@@ -53,6 +54,11 @@ ROUTES: tuple[Route, ...] = (
         "training: custom jobs (their replicas and logs), tuning jobs, pipelines, models",
     ),
     Route(r"/upload/v1/", TRAINING, "training: package uploads"),
+    Route(
+        rf"/v1/{_SCOPE}(notificationChannels|alertRules|notificationDeliveries)(/|:|$)",
+        NOTIFIER,
+        "alerts: notification channels, alert rules, the delivery history",
+    ),
     Route("/", RUN_REGISTRY, "everything else: runs, metrics reads, events, tokens, console"),
 )
 """Every rule of the one base URL; order does not matter (longest pattern first applies)."""

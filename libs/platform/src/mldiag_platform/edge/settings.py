@@ -3,7 +3,13 @@
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from mldiag_platform.edge.routes import INGESTION, RUN_REGISTRY, TRAINING, XPROF_PROVISIONER
+from mldiag_platform.edge.routes import (
+    INGESTION,
+    NOTIFIER,
+    RUN_REGISTRY,
+    TRAINING,
+    XPROF_PROVISIONER,
+)
 from mldiag_platform.settings import LogSettings
 
 
@@ -26,6 +32,10 @@ class EdgeSettings(BaseSettings):
     xprof_provisioner_url: str = Field(
         default="http://127.0.0.1:8084", description="xprof-provisioner: XProf and its proxy."
     )
+    notifier_url: str = Field(
+        default="http://127.0.0.1:8087",
+        description="notifier: notification channels, alert rules, deliveries.",
+    )
     connect_timeout_seconds: float = Field(
         default=5.0, gt=0, description="Longest wait to connect to a service."
     )
@@ -46,4 +56,5 @@ class EdgeSettings(BaseSettings):
             INGESTION: self.ingestion_url,
             TRAINING: self.training_url,
             XPROF_PROVISIONER: self.xprof_provisioner_url,
+            NOTIFIER: self.notifier_url,
         }
