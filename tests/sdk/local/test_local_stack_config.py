@@ -63,6 +63,7 @@ def test_defaults() -> None:
         "xprof-provisioner": 8084,
         "training": 8085,
         "executor": 8086,
+        "notifier": 8087,
     }
     # The one base URL is the edge's.
     assert config.api_url == "http://127.0.0.1:8080"

@@ -1,5 +1,6 @@
 """The substrate's access table, its secrets and what is rendered from them (no servers)."""
 
+import base64
 import json
 import stat
 from pathlib import Path
@@ -8,7 +9,8 @@ import pytest
 import yaml
 
 from mldiag.cli import main
-from mldiag.local.config import locked_down_substrate, resolve_config
+from mldiag.local.config import NOTIFIER_KEY_FILE, locked_down_substrate, resolve_config
+from mldiag.local.errors import LocalStackError
 from mldiag.local.secrets import SECRETS_FILE, kept_secrets
 from mldiag_platform import substrate
 from mldiag_schemas import bus
@@ -77,6 +79,43 @@ def test_training_sends_commands_and_hears_executors() -> None:
     assert "mldiag.dispatch.replica.stop.*" in permissions["publish"]["allow"]
     assert "mldiag.executors.announced.*" in permissions["subscribe"]["allow"]
     assert "training" in substrate.DATABASE_USERS
+
+
+def test_the_notifier_reads_events_analyses_runs_and_tokens_and_publishes_nothing() -> None:
+    notifier = next(user for user in substrate.SERVICES if user.name == "notifier")
+    permissions = substrate.nats_permissions(notifier, NAMESPACE)["publish"]["allow"]
+    for stream, durable in (
+        (bus.EVENTS, bus.NOTIFIER_EVENTS_DURABLE),
+        (bus.ANALYSES, bus.NOTIFIER_ANALYSES_DURABLE),
+        (bus.RUNS, bus.NOTIFIER_RUNS_DURABLE),
+    ):
+        next_message = "$JS.API.CONSUMER.MSG.NEXT"
+        assert (
+            f"{next_message}.{NAMESPACE.stream(stream)}.{NAMESPACE.durable(durable)}" in permissions
+        )
+    assert not [subject for subject in permissions if subject.startswith("mldiag.events.")]
+    # It reads the token directory, never writes it.
+    assert f"$KV.{NAMESPACE.bucket(bus.TOKEN_DIRECTORY_BUCKET)}.>" not in permissions
+    assert "notifier" in substrate.DATABASE_USERS
+
+
+def test_the_stack_keeps_one_notifier_key_only_the_notifier_gets(tmp_path: Path) -> None:
+    config = resolve_config(tmp_path / "home", environ={})
+    locked = locked_down_substrate(config, environ={})
+    key = locked.service_env("notifier")["MLDIAG_NOTIFIER_SECRET_KEY"]
+    assert len(base64.urlsafe_b64decode(key)) == 32  # a Fernet key
+    assert _mode(config.secrets_dir / NOTIFIER_KEY_FILE) == 0o600
+    assert all(
+        "MLDIAG_NOTIFIER_SECRET_KEY" not in locked.service_env(name)
+        for name in locked.credentials
+        if name != "notifier"
+    )
+    # Kept: the next start encrypts and decrypts with the same key.
+    again = locked_down_substrate(config, environ={})
+    assert again.service_env("notifier")["MLDIAG_NOTIFIER_SECRET_KEY"] == key
+    (config.secrets_dir / NOTIFIER_KEY_FILE).write_text("")
+    with pytest.raises(LocalStackError, match="is empty"):
+        locked_down_substrate(config, environ={})
 
 
 @pytest.mark.parametrize("user", substrate.SERVICES, ids=lambda user: user.name)

@@ -225,6 +225,20 @@ SERVICES: tuple[BusUser, ...] = (
         ),
         declares_streams=True,
     ),
+    BusUser(
+        "notifier",
+        # It publishes nothing: deliveries are its own records, kept in its database.
+        consumes=(
+            Consumes(bus.EVENTS, bus.NOTIFIER_EVENTS_DURABLE, _one(bus.WORKLOAD_EVENT_OPENED)),
+            Consumes(bus.EVENTS, bus.NOTIFIER_EVENTS_DURABLE, _one(bus.WORKLOAD_EVENT_RESOLVED)),
+            Consumes(bus.ANALYSES, bus.NOTIFIER_ANALYSES_DURABLE, _one(bus.ANALYSIS_COMPLETED)),
+            # Runs' project, run set and labels, which rules match on.
+            Consumes(bus.RUNS, bus.NOTIFIER_RUNS_DURABLE, bus.RUNS.subjects[0]),
+        ),
+        # Its API authenticates callers against the token directory.
+        tokens="read",
+        declares_streams=True,
+    ),
 )
 """The platform's services, each with the bus access it needs."""
 
@@ -237,7 +251,9 @@ NATS_USERS: tuple[BusUser, ...] = (
 )
 """Every NATS user of an installation."""
 
-DATABASE_USERS: frozenset[str] = frozenset({"run-registry", "event-detector", "training"})
+DATABASE_USERS: frozenset[str] = frozenset(
+    {"run-registry", "event-detector", "training", "notifier"}
+)
 """Services that keep tables today (the others get a role and schema for when they do)."""
 
 

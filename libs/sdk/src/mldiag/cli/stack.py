@@ -39,6 +39,7 @@ PORT_FLAGS: tuple[tuple[str, str, str], ...] = (
     ("--xprof-provisioner-port", "xprof-provisioner", "xprof-provisioner [8084]"),
     ("--training-port", "training", "training, behind the edge [8085]"),
     ("--executor-port", "executor", "the local executor's health and metrics [8086]"),
+    ("--notifier-port", "notifier", "notifier (alerts), behind the edge [8087]"),
     ("--nats-port", "nats", "the embedded NATS server [14222]"),
     ("--nats-monitor-port", "nats-monitor", "NATS monitoring [18222]"),
     ("--postgres-port", "postgres", "the embedded PostgreSQL [15432]"),

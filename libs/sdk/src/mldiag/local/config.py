@@ -13,7 +13,7 @@ from mldiag.local.process import (
     LOCALHOST,
     child_env,
 )
-from mldiag.local.secrets import kept_secrets
+from mldiag.local.secrets import kept_key, kept_secrets
 
 STATE_FILE = "state.json"
 """Name of the state file in the home directory; present only while a supervisor runs."""
@@ -33,6 +33,9 @@ DEFAULT_REPLICA_PORT = 20000
 REPLICA_PORT_COUNT = 1000
 """How many ports from the first the local executor offers."""
 DEFAULT_HEALTH_TIMEOUT = 60.0
+NOTIFIER_KEY_FILE = "notifier.key"
+"""Name of the file, in the secrets directory, holding the key the notifier encrypts
+channels' secrets with (made at the first start, kept: without it they cannot be read)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ SERVICES: tuple[ServiceSpec, ...] = (
     ServiceSpec("xprof-provisioner", "mldiag_xprof_provisioner", 8084, "xprof-provisioner"),
     ServiceSpec("training", "mldiag_training", 8085, "training"),
     ServiceSpec("executor", "mldiag_executor", 8086, "executor"),
+    ServiceSpec("notifier", "mldiag_notifier", 8087, "notifier"),
 )
 """Every process ``mldiag up`` starts besides NATS and PostgreSQL, the API's edge first."""
 SERVICE_NAMES: tuple[str, ...] = tuple(spec.name for spec in SERVICES)
@@ -74,6 +78,7 @@ EDGE_UPSTREAMS: dict[str, str] = {
     "ingestion": "MLDIAG_EDGE_INGESTION_URL",
     "training": "MLDIAG_EDGE_TRAINING_URL",
     "xprof-provisioner": "MLDIAG_EDGE_XPROF_PROVISIONER_URL",
+    "notifier": "MLDIAG_EDGE_NOTIFIER_URL",
 }
 """The edge's setting that names each service behind it (mldiag_platform.edge.settings)."""
 
@@ -320,6 +325,7 @@ def service_environment(config: StackConfig, nats_url: str, database_url: str) -
     env["MLDIAG_RUN_REGISTRY_XPROF_URL"] = config.api_url
     env["MLDIAG_XPROF_PROVISIONER_PUBLIC_URL"] = config.api_url
     env["MLDIAG_TRAINING_PUBLIC_API_URL"] = config.api_url
+    env["MLDIAG_NOTIFIER_PUBLIC_URL"] = config.api_url  # the console links in notifications
     env["MLDIAG_INGESTION_OTLP_GRPC_PORT"] = str(config.otlp_grpc_port)
     env["MLDIAG_INGESTION_OTLP_HTTP_PORT"] = str(config.otlp_http_port)
     env["MLDIAG_XPROF_PROVISIONER_FIRST_INSTANCE_PORT"] = str(config.xprof_instance_port)
@@ -365,14 +371,20 @@ def locked_down_substrate(
         ) from None
     namespace = Namespace(env.get("MLDIAG_NATS_NAMESPACE") or DEFAULT_NAMESPACE)
     secrets = kept_secrets(config.secrets_dir, substrate.SECRET_NAMES)
+    credentials = {
+        name: substrate.service_credentials(name, secrets, LOCALHOST, config.postgres_port)
+        for name in SERVICE_NAMES
+        if name in substrate.SERVICE_NAMES
+    }
+    if "notifier" in credentials:
+        # Only the notifier reads it; made once and kept with the passwords.
+        credentials["notifier"]["MLDIAG_NOTIFIER_SECRET_KEY"] = kept_key(
+            config.secrets_dir, NOTIFIER_KEY_FILE
+        )
     return Substrate(
         nats_authorization=substrate.nats_authorization(namespace, secrets),
         postgres_password=secrets[substrate.POSTGRES_SUPERUSER_KEY],
         postgres_setup_sql=substrate.database_roles_sql(secrets),
         # The edge touches neither NATS nor PostgreSQL: it gets no credentials.
-        credentials={
-            name: substrate.service_credentials(name, secrets, LOCALHOST, config.postgres_port)
-            for name in SERVICE_NAMES
-            if name in substrate.SERVICE_NAMES
-        },
+        credentials=credentials,
     )
