@@ -15,7 +15,14 @@ from mldiag_schemas.events import (
     WorkloadEvent,
     WorkloadEventOpened,
 )
-from mldiag_schemas.monitoring import MonitoringRules
+from mldiag_schemas.logs import LogLine, LogLinesReceived
+from mldiag_schemas.monitoring import (
+    MATERIALITY,
+    SLOWDOWN_RULES,
+    MonitoringRules,
+    RuleName,
+    RuleOverride,
+)
 from mldiag_schemas.telemetry import (
     MetricColumns,
     MetricPointsReceived,
@@ -26,6 +33,20 @@ from mldiag_schemas.telemetry import (
 )
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def immediate(overrides: Mapping[RuleName, Mapping[str, float]] | None = None) -> MonitoringRules:
+    """Rules under which a slowdown opens as soon as its condition holds and resolves as soon
+    as it clears: for tests of a rule's condition rather than of materiality."""
+    overrides = overrides or {}
+    return MonitoringRules(
+        rules={
+            rule: RuleOverride(
+                thresholds={**dict.fromkeys(MATERIALITY, 0.0), **overrides.get(rule, {})}
+            )
+            for rule in SLOWDOWN_RULES
+        }
+    )
 
 
 @dataclass
@@ -90,6 +111,15 @@ class Feed:
     def step(self, step: int, **per_host: Mapping[str, float | Sequence[float]]) -> None:
         """Every named host records ``values`` at ``step`` now."""
         self.send(*(self.metrics(host, step, values) for host, values in per_host.items()))
+
+    def logs(self, *lines: LogLine, batch_id: uuid.UUID | None = None) -> LogLinesReceived:
+        """A batch of log lines received now."""
+        return LogLinesReceived(
+            run_id=self.run_id,
+            lines=list(lines),
+            occurred_at=self.now,
+            **({"event_id": batch_id} if batch_id else {}),
+        )
 
     def heartbeat(
         self, host: str, *, pid: int = 100, step: int | None = None, **fingerprint: str

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import asyncpg
 import pytest
 
+from event_detector.feed import immediate
 from mldiag_event_detector.app import create_app
 from mldiag_event_detector.settings import EventDetectorSettings
 from mldiag_platform.bus import Publisher
@@ -118,8 +119,10 @@ async def test_state_survives_a_restart_and_two_replicas_open_each_event_once(
     settings: EventDetectorSettings,
 ) -> None:
     runs = [f"run-{i}" for i in range(6)]
-    # Before the restart: a baseline of step times for every run.
+    # Before the restart: a baseline of step times for every run (whose slowdowns open as
+    # soon as seen: this is about restarts and replicas, not materiality).
     async with serving(create_app(settings)):
+        await publisher.publish_many([_run_created(run, immediate()) for run in runs])
         for step in range(0, 30, 10):
             await publisher.publish_many(
                 [_points(run, [1.0] * 10, start=step, metric="step_time") for run in runs]
@@ -128,7 +131,7 @@ async def test_state_survives_a_restart_and_two_replicas_open_each_event_once(
         try:
             await wait_until(
                 lambda: conn.fetchval(f"SELECT count(*) FROM {db_schema}.applied_messages"),
-                accept=lambda n: n == 18,
+                accept=lambda n: n == 24,
             )
         finally:
             await conn.close()
@@ -188,7 +191,7 @@ async def test_the_clock_finds_a_hang_with_project_rules_and_progress_resolves_i
     await _drop(database_settings, db_schema)
 
 
-def _run_created(run_id: str) -> RunCreated:
+def _run_created(run_id: str, monitoring: MonitoringRules | None = None) -> RunCreated:
     now = datetime.now(UTC)
     return RunCreated(
         run=Run(
@@ -201,5 +204,6 @@ def _run_created(run_id: str) -> RunCreated:
             state=RunState.ACTIVE,
             create_time=now,
             update_time=now,
+            monitoring=monitoring or MonitoringRules(),
         )
     )

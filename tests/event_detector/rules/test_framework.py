@@ -1,6 +1,6 @@
 """Framework: recompilation storms, input stalls, checkpoint stalls and config drift."""
 
-from event_detector.feed import Feed
+from event_detector.feed import Feed, immediate
 from mldiag_schemas.events import EventType
 
 
@@ -27,7 +27,7 @@ def test_a_few_compilations_after_warm_up_are_not_a_storm() -> None:
 
 
 def test_data_wait_over_fifteen_percent_of_the_step_is_an_input_stall() -> None:
-    feed = Feed()
+    feed = Feed(project_rules=immediate())
     for step in range(1, 8):
         feed.advance(1)
         feed.step(step, h0={"step_time": 1.0, "data_wait_time": 0.02})

@@ -1,6 +1,6 @@
 """Performance: duty-cycle drops, step-time regressions and stragglers."""
 
-from event_detector.feed import Feed
+from event_detector.feed import Feed, immediate
 from mldiag_schemas.events import EventType
 from mldiag_schemas.monitoring import MonitoringRules, RuleName, RuleOverride
 from mldiag_schemas.runs import Run, RunPhase, RunPhaseChanged
@@ -13,7 +13,7 @@ def _duty_run(feed: Feed, samples: int, duty: float, start: int = 1) -> None:
 
 
 def test_a_fifteen_percent_duty_cycle_drop_opens_and_recovery_resolves() -> None:
-    feed = Feed()
+    feed = Feed(project_rules=immediate())
     _duty_run(feed, 10, 80.0)
     assert feed.opened() == []
     _duty_run(feed, 3, 60.0, start=11)
@@ -31,15 +31,11 @@ def test_a_fifteen_percent_duty_cycle_drop_opens_and_recovery_resolves() -> None
 
 
 def test_a_ten_percent_dip_is_not_an_event_by_default_but_is_with_a_lower_threshold() -> None:
-    quiet = Feed()
+    quiet = Feed(project_rules=immediate())
     _duty_run(quiet, 10, 80.0)
     _duty_run(quiet, 5, 72.0, start=11)
     assert quiet.opened() == []
-    strict = Feed(
-        project_rules=MonitoringRules(
-            rules={RuleName.DUTY_CYCLE_DROP: RuleOverride(thresholds={"drop": 0.05})}
-        )
-    )
+    strict = Feed(project_rules=immediate({RuleName.DUTY_CYCLE_DROP: {"drop": 0.05}}))
     _duty_run(strict, 10, 80.0)
     _duty_run(strict, 5, 72.0, start=11)
     [event] = strict.opened()
@@ -47,7 +43,7 @@ def test_a_ten_percent_dip_is_not_an_event_by_default_but_is_with_a_lower_thresh
 
 
 def test_step_time_regression_on_every_host_is_a_degradation_not_a_straggler() -> None:
-    feed = Feed()
+    feed = Feed(project_rules=immediate())
     for step in range(1, 60):
         feed.advance(1)
         pace = 1.0 + 0.01 * (step % 4) if step < 40 else 1.5
@@ -59,7 +55,7 @@ def test_step_time_regression_on_every_host_is_a_degradation_not_a_straggler() -
 
 
 def test_throughput_regression_when_no_step_time_is_logged() -> None:
-    feed = Feed()
+    feed = Feed(project_rules=immediate())
     for step in range(1, 50):
         feed.advance(1)
         feed.step(step, h0={"throughput": 1000.0 + step % 3 if step < 35 else 600.0})
@@ -70,7 +66,7 @@ def test_throughput_regression_when_no_step_time_is_logged() -> None:
 
 
 def test_one_slow_host_is_a_straggler_named_by_host() -> None:
-    feed = Feed()
+    feed = Feed(project_rules=immediate())
     for step in range(1, 40):
         feed.advance(1)
         slow = 1.4 if step > 20 else 1.0
@@ -87,7 +83,7 @@ def test_one_slow_host_is_a_straggler_named_by_host() -> None:
 
 
 def test_a_single_slow_window_is_not_a_straggler() -> None:
-    feed = Feed()
+    feed = Feed(project_rules=immediate())
     for step in range(1, 40):
         feed.advance(1)
         blip = 1.5 if 21 <= step <= 25 else 1.0
@@ -104,7 +100,7 @@ def test_a_rule_switched_off_for_the_run_stays_quiet() -> None:
 
 
 def test_a_slowdown_in_the_last_flush_after_the_run_ended_is_still_reported() -> None:
-    feed = Feed()
+    feed = Feed(project_rules=immediate())
     for step in range(1, 31):
         feed.advance(1)
         feed.step(step, h0={"step_time": 1.0})
@@ -131,7 +127,7 @@ def _phase_changed(feed: Feed, phase: RunPhase) -> RunPhaseChanged:
 
 
 def test_a_straggler_closed_by_the_run_end_is_not_reopened_by_its_late_steps() -> None:
-    feed = Feed()
+    feed = Feed(project_rules=immediate())
     for step in range(1, 30):
         feed.step(step, h0={"step_time": 1.0}, h1={"step_time": 1.0}, h2={"step_time": 2.0})
     [event] = feed.opened()

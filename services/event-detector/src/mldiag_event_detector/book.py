@@ -4,11 +4,18 @@ Rules only say "this condition holds now, with this evidence" (:meth:`EventBook.
 "it no longer holds" (:meth:`EventBook.clear`); the book turns that into at most one open
 event per rule key, with stable ids and a revision per change, and throttles updates so a
 long event is a handful of messages, not one per metric point.
+
+Slowdowns (:data:`~mldiag_schemas.monitoring.SLOWDOWN_RULES`) must also be material: their
+condition is first a *pending* deviation, which opens an event only once it has lasted and
+cost enough (the rule's ``MATERIALITY`` thresholds, scaled by the run's step), dated from
+the deviation's start; a pending deviation that clears leaves no event. An open slowdown
+resolves only after it has stayed clear for ``resolveSteps``/``resolveSeconds``; a relapse
+sooner continues it. So one slowdown is one event, however its windows fluctuate.
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from pydantic import JsonValue
 
@@ -28,12 +35,15 @@ from mldiag_schemas.events import (
     change_message_id,
 )
 from mldiag_schemas.ids import derived_id
-from mldiag_schemas.monitoring import RULES, MonitoringRules, RuleName
+from mldiag_schemas.monitoring import RULES, SLOWDOWN_RULES, MonitoringRules, RuleName
 
 UPDATE_MIN_SECONDS = 5.0
 UPDATE_MIN_GROWTH = 0.2
 """An open event is re-announced when its time lost grows by 20% (and 5 s) or its hosts or
 severity change."""
+
+RECENT_EVENT_SECONDS = 120.0
+"""How long a resolved event still takes late evidence (a traceback racing the run's end)."""
 
 
 class Policy:
@@ -61,6 +71,11 @@ class Policy:
                 )
         return resolved
 
+    def scaled(self, rule: RuleName, steps: str, seconds: str, step_seconds: float) -> float:
+        """max(``steps`` x the run's step, ``seconds``): a materiality threshold in seconds."""
+        values = self.thresholds(rule)
+        return max(values[steps] * step_seconds, values[seconds])
+
 
 @dataclass
 class Finding:
@@ -83,23 +98,43 @@ class EventBook:
 
     state: RunState
     policy: Policy
-    context: Callable[[datetime], RunContext]
+    context: Callable[[datetime, WorkloadEvent], RunContext]
+    """The run's signals now, around the given event."""
     messages: list[Envelope] = field(default_factory=list)
 
     def is_open(self, key: str) -> bool:
         """Whether an event is open under ``key``."""
         return key in self.state.open_events
 
+    def since(self, key: str) -> datetime | None:
+        """When the condition under ``key`` started: its open event's start, else its pending
+        deviation's (time lost counts from there)."""
+        event = self.state.open_events.get(key)
+        return event.start_time if event is not None else self.state.pending.get(key)
+
+    def elapsed(self, key: str, now: datetime) -> float:
+        """Seconds since the condition under ``key`` started (0 when it does not hold)."""
+        start = self.since(key)
+        return max((now - start).total_seconds(), 0.0) if start is not None else 0.0
+
     def hold(self, finding: Finding, now: datetime, *, news: bool = False) -> WorkloadEvent | None:
         """The condition holds: open the event, or update it when it changed enough.
 
         ``news`` marks a change worth announcing whatever the numbers say (a new cause).
-        Returns the event as it stands (None when the run's end already closed it).
+        A slowdown opens only once material (see the module's docstring). Returns the event
+        as it stands (None while pending, or when the run's end already closed it).
         """
         current = self.state.open_events.get(finding.key)
+        self.state.settling.pop(finding.key, None)  # a relapse continues the same event
         if current is None:
             if not self.state.active and finding.key in self.state.ended_keys:
                 return None  # the run's end closed it; telemetry that lags behind is no news
+            if finding.rule in SLOWDOWN_RULES:
+                start = self.state.pending.setdefault(finding.key, min(finding.start_time, now))
+                if not self._material(finding, start, now):
+                    return None
+                del self.state.pending[finding.key]
+                finding.start_time = start
             return self._open(finding, now)
         grew = finding.time_lost_seconds - current.time_lost_seconds
         changed = (
@@ -131,18 +166,38 @@ class EventBook:
         now: datetime,
         time_lost_seconds: float | None = None,
         facts: dict[str, JsonValue] | None = None,
+        *,
+        settle: bool = True,
     ) -> WorkloadEvent | None:
-        """The condition no longer holds: resolve the open event, if any."""
-        current = self.state.open_events.pop(key, None)
+        """The condition no longer holds: resolve the open event, if any.
+
+        A pending slowdown is forgotten (it never was an event). An open slowdown resolves
+        once it has stayed clear for its ``resolve`` thresholds, dated from when it cleared;
+        ``settle=False`` resolves it now (the run ended). Returns the resolved event.
+        """
+        self.state.pending.pop(key, None)
+        current = self.state.open_events.get(key)
         if current is None:
+            self.state.settling.pop(key, None)
             return None
+        end = now
+        if settle and current.rule in SLOWDOWN_RULES:
+            cleared = self.state.settling.setdefault(key, now)
+            wait = self.policy.scaled(
+                RuleName(current.rule), "resolveSteps", "resolveSeconds", self._step_seconds()
+            )
+            if (now - cleared).total_seconds() < wait:
+                return None
+            end = cleared
+        self.state.settling.pop(key, None)
+        del self.state.open_events[key]
         evidence = current.evidence
         if facts:
             evidence = evidence.model_copy(update={"facts": {**evidence.facts, **facts}})
         event = current.model_copy(
             update={
                 "state": EventState.RESOLVED,
-                "end_time": max(now, current.start_time),
+                "end_time": max(end, current.start_time),
                 "update_time": now,
                 "evidence": evidence,
                 "time_lost_seconds": max(current.time_lost_seconds, time_lost_seconds or 0.0),
@@ -150,14 +205,66 @@ class EventBook:
             }
         )
         self.messages.append(WorkloadEventResolved(event_id=change_message_id(event), event=event))
+        self._remember(event, now)
         return event
 
     def clear_all(self, now: datetime) -> None:
         """The run ended: nothing of it is still happening."""
+        self.state.pending.clear()
         for key in list(self.state.open_events):
-            self.clear(key, now, facts={"resolvedBy": "run ended"})
+            self.clear(key, now, facts={"resolvedBy": "run ended"}, settle=False)
             if key not in self.state.ended_keys:
                 self.state.ended_keys.append(key)
+
+    def recent(self, now: datetime) -> list[WorkloadEvent]:
+        """The open events and those resolved in the last :data:`RECENT_EVENT_SECONDS`."""
+        horizon = now - timedelta(seconds=RECENT_EVENT_SECONDS)
+        return [
+            *self.state.open_events.values(),
+            *(event for event in self.state.recent_events if (event.end_time or now) >= horizon),
+        ]
+
+    def add_evidence(self, event: WorkloadEvent, now: datetime) -> WorkloadEvent:
+        """New evidence about an open or recently resolved event: announce it again, with
+        the run's signals now, for the analyzer to look again."""
+        updated = event.model_copy(update={"update_time": now, "revision": event.revision + 1})
+        for key, known in list(self.state.open_events.items()):
+            if known.event_id == event.event_id:
+                self.state.open_events[key] = updated
+        self.state.recent_events = [
+            updated if known.event_id == event.event_id else known
+            for known in self.state.recent_events
+        ]
+        self.messages.append(
+            WorkloadEventUpdated(
+                event_id=change_message_id(updated),
+                event=updated,
+                context=self.context(now, updated),
+            )
+        )
+        return updated
+
+    def _remember(self, event: WorkloadEvent, now: datetime) -> None:
+        horizon = now - timedelta(seconds=RECENT_EVENT_SECONDS)
+        self.state.recent_events = [
+            known
+            for known in self.state.recent_events
+            if known.event_id != event.event_id and (known.end_time or now) >= horizon
+        ][-7:]
+        self.state.recent_events.append(event)
+
+    def _step_seconds(self) -> float:
+        return self.state.baseline_step_seconds() or 0.0
+
+    def _material(self, finding: Finding, start: datetime, now: datetime) -> bool:
+        """Whether a pending slowdown has lasted and cost enough to be an event."""
+        step = self._step_seconds()
+        lasted = (now - start).total_seconds()
+        return lasted >= self.policy.scaled(
+            finding.rule, "minDurationSteps", "minDurationSeconds", step
+        ) and finding.time_lost_seconds >= self.policy.scaled(
+            finding.rule, "minLostSteps", "minLostSeconds", step
+        )
 
     def instant(self, finding: Finding, now: datetime) -> WorkloadEvent:
         """An event that starts and ends at once (a termination)."""
@@ -185,7 +292,7 @@ class EventBook:
             evidence=finding.evidence,
             time_lost_seconds=finding.time_lost_seconds,
         )
-        context = self.context(now)  # before it joins the open events: "the others"
+        context = self.context(now, event)  # before it joins the open events: "the others"
         self.state.open_events[finding.key] = event
         self.messages.append(
             WorkloadEventOpened(event_id=change_message_id(event), event=event, context=context)

@@ -4,12 +4,14 @@ from mldiag_event_detector.service import DetectorService
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_schemas import bus
 from mldiag_schemas.envelope import Envelope
+from mldiag_schemas.logs import LogLinesReceived
 from mldiag_schemas.runs import RunConfigsReported
 from mldiag_schemas.telemetry import MetricPointsReceived, RunHeartbeat, WorkloadSignalReported
 
 
 def consumers(batch_size: int) -> list[ConsumerSpec[Envelope]]:
-    """Every input of the rules: metrics, heartbeats, signals, config reports, run facts."""
+    """Every input of the rules: metrics, heartbeats, signals, logs, config reports, run
+    facts."""
     specs: list[ConsumerSpec[Envelope]] = [
         ConsumerSpec(
             stream=bus.TELEMETRY,
@@ -33,6 +35,15 @@ def consumers(batch_size: int) -> list[ConsumerSpec[Envelope]]:
             subject=bus.SIGNAL_RECEIVED + ".*",
             durable=bus.DETECTOR_SIGNALS_DURABLE,
             message_type=WorkloadSignalReported,
+            max_wait_seconds=0.05,
+        ),
+        ConsumerSpec(
+            stream=bus.TELEMETRY,
+            subject=bus.LOGS_RECEIVED + ".*",
+            durable=bus.DETECTOR_LOGS_DURABLE,
+            message_type=LogLinesReceived,
+            # A batch of lines can be large (10 000 lines): fewer of them per transaction.
+            batch_size=max(batch_size // 10, 1),
             max_wait_seconds=0.05,
         ),
         ConsumerSpec(

@@ -12,7 +12,17 @@ from datetime import UTC, datetime, timedelta
 
 from mldiag_event_detector.book import EventBook
 from mldiag_event_detector.rules import framework, liveness, numerics
-from mldiag_event_detector.state import Compile, Gauge, Heartbeat, HostState, push
+from mldiag_event_detector.state import (
+    TOP_PROCESS_STALE_SECONDS,
+    TOP_PROCESSES,
+    Compile,
+    Gauge,
+    Heartbeat,
+    HostContention,
+    HostState,
+    OtherProcess,
+    push,
+)
 from mldiag_schemas import monitoring as names
 from mldiag_schemas.monitoring import RuleName
 from mldiag_schemas.telemetry import MetricColumns, MetricPointsReceived, RunHeartbeat
@@ -56,6 +66,40 @@ def _gauge(gauge: Gauge, samples: list[float], warmup: int = 0, baseline: int = 
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
+
+
+_HOST_SIGNALS = (
+    names.HOST_CPU,
+    names.HOST_CPU_USER,
+    names.HOST_CPU_SYSTEM,
+    names.HOST_CPU_IOWAIT,
+    names.HOST_CPU_STEAL,
+    names.RUN_CPU,
+    names.RUN_MEMORY,
+    names.HOST_LOAD,
+    names.HOST_SWAP,
+    names.HOST_SWAP_IO,
+    names.DISK_BUSY,
+    names.DISK_READ,
+    names.DISK_WRITE,
+    names.NETWORK_RECEIVE,
+    names.NETWORK_TRANSMIT,
+)
+"""Contention signals with one series per host."""
+
+_DEVICE_SUMS = (names.GPU_ECC_ERRORS, names.GPU_PCIE_RX, names.GPU_PCIE_TX)
+"""Contention signals with one series per device, summed over the host's devices."""
+
+_CONTENTION = frozenset(
+    (
+        *_HOST_SIGNALS,
+        *_DEVICE_SUMS,
+        names.TOP_PROCESS_CPU,
+        names.TOP_PROCESS_MEMORY,
+        names.GPU_XID,
+        names.GPU_THROTTLE_REASONS,
+    )
+)
 
 
 def observe_metrics(book: EventBook, message: MetricPointsReceived) -> set[str]:
@@ -114,6 +158,8 @@ def _observe_host(
                 framework.on_checkpoint(book, name, step, value, _time(columns, index, now))
     _observe_compiles(book, grouped.get(names.COMPILE_TIME, []), now)
     _observe_gauges(book, host, grouped)
+    if not _CONTENTION.isdisjoint(grouped):
+        _observe_contention(host.contention, grouped, now)
 
 
 def _observe_pace(
@@ -189,6 +235,66 @@ def _observe_gauges(
         _gauge(host.sm_clock, _per_sample(grouped[names.SM_CLOCK], min), 2, 6)
     if names.THROTTLED in grouped:
         host.throttled = any(v > 0 for c in grouped[names.THROTTLED] for v in c.values[-5:])
+
+
+def _observe_contention(
+    contention: HostContention, grouped: dict[str, list[MetricColumns]], now: datetime
+) -> None:
+    """Contention signals into per-host windows. Samples are dated by the server's clock
+    (the message's), the clock the rules date deviations by, so "since the slowdown began"
+    never depends on a host's clock being right."""
+    at = now.timestamp()
+    for metric in _HOST_SIGNALS:
+        if metric in grouped:
+            for value in _per_sample(grouped[metric], max):
+                contention.signal(metric).add(at, value)
+    for metric in _DEVICE_SUMS:
+        if metric in grouped:
+            for value in _per_sample(grouped[metric], sum):
+                if metric == names.GPU_ECC_ERRORS and contention.ecc_first is None:
+                    contention.ecc_first = value
+                contention.signal(metric).add(at, value)
+    for columns in grouped.get(names.GPU_XID, []):
+        for value in columns.values:
+            if math.isfinite(value) and int(value) not in contention.xids:
+                contention.xids = [*contention.xids, int(value)][-8:]
+    masks = [c.values[-1] for c in grouped.get(names.GPU_THROTTLE_REASONS, []) if c.values]
+    if masks:
+        contention.throttle_mask = 0
+        for mask in masks:
+            contention.throttle_mask |= int(mask) if math.isfinite(mask) and mask >= 0 else 0
+    _observe_processes(contention, grouped, at)
+
+
+def _observe_processes(
+    contention: HostContention, grouped: dict[str, list[MetricColumns]], at: float
+) -> None:
+    """The latest sample of each top process; the stale and the surplus forgotten."""
+    sampled = False
+    for metric, field in (
+        (names.TOP_PROCESS_CPU, "cpu_percent"),
+        (names.TOP_PROCESS_MEMORY, "memory_percent"),
+    ):
+        for columns in grouped.get(metric, []):
+            pid = columns.labels.get(names.PID_LABEL, "")
+            if not pid.isdigit() or not columns.values or not math.isfinite(columns.values[-1]):
+                continue
+            sampled = True
+            process = contention.processes.get(pid)
+            name = columns.labels.get(names.PROCESS_LABEL, "") or f"pid {pid}"
+            if process is None or process.at < at:
+                # A new sample: the other signal is unknown until it comes too.
+                process = contention.processes[pid] = OtherProcess(name=name, at=at)
+            setattr(process, field, columns.values[-1])
+    if not sampled:
+        return
+    fresh = {
+        pid: process
+        for pid, process in contention.processes.items()
+        if process.at >= at - TOP_PROCESS_STALE_SECONDS
+    }
+    ranked = sorted(fresh.items(), key=lambda item: (-item[1].at, -(item[1].cpu_percent or 0.0)))
+    contention.processes = dict(ranked[:TOP_PROCESSES])
 
 
 def observe_heartbeat(book: EventBook, beat: RunHeartbeat) -> None:

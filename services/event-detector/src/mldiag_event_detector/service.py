@@ -16,12 +16,14 @@ import structlog
 
 from mldiag_event_detector.book import EventBook, Policy
 from mldiag_event_detector.context import snapshot
+from mldiag_event_detector.excerpts import observe_logs
 from mldiag_event_detector.observe import observe_heartbeat, observe_metrics
 from mldiag_event_detector.rules import framework, liveness, performance, resources
 from mldiag_event_detector.state import RunState
 from mldiag_platform.outbox import Flusher
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.events import WorkloadEventOpened, WorkloadEventResolved
+from mldiag_schemas.logs import LogLinesReceived
 from mldiag_schemas.monitoring import MonitoringRules, MonitoringRulesChanged
 from mldiag_schemas.runs import (
     RunConfigsReported,
@@ -44,7 +46,9 @@ class Folded:
 
 
 def _book(state: RunState, project: MonitoringRules) -> EventBook:
-    return EventBook(state, Policy(project, state.rules), lambda now: snapshot(state, now))
+    return EventBook(
+        state, Policy(project, state.rules), lambda now, event: snapshot(state, now, event)
+    )
 
 
 def _level_rules(book: EventBook, now: datetime, touched: set[str]) -> None:
@@ -94,6 +98,8 @@ def fold(state: RunState, project: MonitoringRules, messages: Sequence[Envelope]
                 latest = max(latest or now, now)
             case RunHeartbeat():
                 observe_heartbeat(book, message)
+            case LogLinesReceived():
+                observe_logs(book, message)
             case WorkloadSignalReported():
                 liveness.on_signal(book, message.signal, now)
             case RunCreated() | RunUpdated():

@@ -14,6 +14,28 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from mldiag_schemas.events import WorkloadEvent
 from mldiag_schemas.monitoring import MonitoringRules
 
+CONTENTION_WINDOW = 48
+"""Recent samples kept per contention signal and host (sampled about every second: enough
+to cover a slowdown from its start to the moment it becomes material)."""
+
+CONTENTION_WARMUP = 2
+"""Contention samples ignored at a host's start (the run's own start-up)."""
+
+CONTENTION_BASELINE = 10
+"""Contention samples after warm-up whose median is the baseline."""
+
+TOP_PROCESSES = 8
+"""Other processes remembered per host (the latest sampled)."""
+
+TOP_PROCESS_STALE_SECONDS = 30.0
+"""A process not sampled for this long (against the host's latest sample) is forgotten."""
+
+MAX_EXCERPTS = 8
+"""Log excerpts kept per run, newest first to stay."""
+
+MAX_EXCERPT_LINES = 40
+"""Lines quoted per excerpt."""
+
 WINDOW = 64
 """Recent values kept per signal and host: enough for every default window."""
 
@@ -78,6 +100,64 @@ class StepSeries(State):
         return None
 
 
+class TimedSeries(State):
+    """A sampled contention signal on one host: recent values with when they were received
+    (the server's clock, like the rules' ``now``), and its baseline."""
+
+    times: list[float] = Field(default_factory=list)
+    """Unix seconds."""
+    values: list[float] = Field(default_factory=list)
+    seen: int = 0
+    baseline: list[float] = Field(default_factory=list)
+
+    def add(self, at: float, value: float) -> None:
+        """Record one sample (the baseline takes the first ones after warm-up)."""
+        if CONTENTION_WARMUP <= self.seen < CONTENTION_WARMUP + CONTENTION_BASELINE:
+            self.baseline.append(value)
+        self.seen += 1
+        self.times.append(at)
+        self.values.append(value)
+        if len(self.values) > CONTENTION_WINDOW:
+            del self.times[:-CONTENTION_WINDOW]
+            del self.values[:-CONTENTION_WINDOW]
+
+    def since(self, at: float) -> list[float]:
+        """The values received at or after ``at`` (unix seconds)."""
+        return [value for time, value in zip(self.times, self.values, strict=True) if time >= at]
+
+
+class OtherProcess(State):
+    """One of the top other processes of a host, as last sampled."""
+
+    name: str
+    at: float
+    """Unix seconds of its latest sample."""
+    cpu_percent: float | None = None
+    memory_percent: float | None = None
+
+
+class HostContention(State):
+    """Contention signals of one host (only those the host samples)."""
+
+    series: dict[str, TimedSeries] = Field(default_factory=dict)
+    """By metric name (``host_cpu_user_percent`` …)."""
+    processes: dict[str, OtherProcess] = Field(default_factory=dict)
+    """By pid."""
+    ecc_first: float | None = None
+    """Uncorrected ECC errors (summed over devices) at the host's first sample."""
+    xids: list[int] = Field(default_factory=list)
+    """XID codes reported, the latest few (distinct)."""
+    throttle_mask: int = 0
+    """The latest throttle-reasons bit mask, OR-ed over devices."""
+
+    def signal(self, metric: str) -> TimedSeries:
+        """The series of ``metric``, created on first sample."""
+        series = self.series.get(metric)
+        if series is None:
+            series = self.series[metric] = TimedSeries()
+        return series
+
+
 class Heartbeat(State):
     """The latest heartbeat of one process."""
 
@@ -104,6 +184,7 @@ class HostState(State):
     accelerator_memory: Gauge = Field(default_factory=Gauge)
     host_memory: Gauge = Field(default_factory=Gauge)
     host_cpu: Gauge = Field(default_factory=Gauge)
+    contention: HostContention = Field(default_factory=HostContention)
     temperature: Gauge = Field(default_factory=Gauge)
     sm_clock: Gauge = Field(default_factory=Gauge)
     throttled: bool = False
@@ -141,6 +222,19 @@ class Compile(State):
     seconds: float
 
 
+class Excerpt(State):
+    """Telling log lines of one process (a traceback, an OOM message, …), as kept."""
+
+    kind: str
+    host: str = ""
+    pid: int | None = None
+    time: datetime
+    last_time: datetime
+    lines: list[str] = Field(default_factory=list)
+    open: bool = False
+    """A traceback still being read (its exception line has not come yet)."""
+
+
 class RunState(State):
     """Everything the rules need about one run."""
 
@@ -171,6 +265,15 @@ class RunState(State):
     """By rule key (``hang``, ``straggler:host-3``, ``loss-spike:loss|h0`` …)."""
     occurrences: dict[str, int] = Field(default_factory=dict)
     """How many events each rule key has opened (part of the next one's id)."""
+    pending: dict[str, datetime] = Field(default_factory=dict)
+    """Slowdowns not yet material, by rule key: when the deviation started."""
+    settling: dict[str, datetime] = Field(default_factory=dict)
+    """Open slowdowns whose condition cleared, by rule key: since when (a relapse before
+    they resolve continues them)."""
+    recent_events: list[WorkloadEvent] = Field(default_factory=list)
+    """Events resolved in the last minutes (evidence arriving late still reaches them)."""
+    excerpts: list[Excerpt] = Field(default_factory=list)
+    """Telling log lines, oldest first (at most :data:`MAX_EXCERPTS`)."""
     incarnation: int = 0
     """Bumped when an ended run becomes active again."""
     max_step_before_restart: int | None = None
@@ -188,6 +291,29 @@ class RunState(State):
         if state is None:
             state = self.hosts[name] = HostState()
         return state
+
+    def baseline_step_seconds(self) -> float | None:
+        """The run's step time before anything went wrong: the median of its hosts' baseline
+        step times, else the typical step (materiality scales with it, and a slowdown must
+        not stretch its own yardstick)."""
+        bases = [
+            median(host.pace.baseline)
+            for host in self.hosts.values()
+            if host.pace.baseline and not host.pace_is_throughput
+        ]
+        return median(bases) if bases else self.typical_step_seconds()
+
+    def typical_step_seconds(self) -> float | None:
+        """The run's typical step: median logged step time, else median gap between steps."""
+        paces = [
+            median(host.pace.values)
+            for host in self.hosts.values()
+            if host.pace.values and not host.pace_is_throughput
+        ]
+        if paces:
+            return median(paces)
+        gaps = [gap for host in self.hosts.values() for gap in host.progress_gaps]
+        return median(gaps) if gaps else None
 
     def note(self, line: str) -> None:
         """Remember a lifecycle signal in words (the last 20)."""

@@ -87,12 +87,11 @@ def input_stall(book: EventBook, now: datetime) -> None:
         return
     stalled = {name: share for name, share in shares.items() if share > rule["waitFraction"]}
     key = "input-stall"
-    event = book.state.open_events.get(key)
     if not stalled:
         book.clear(key, now)
         return
     share = median(list(stalled.values()))
-    elapsed = (now - event.start_time).total_seconds() if event else 0.0
+    elapsed = book.elapsed(key, now)
     book.hold(
         Finding(
             rule=RuleName.INPUT_STALL,

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from pydantic import JsonValue
 
 from mldiag_event_detector.book import EventBook, Finding
-from mldiag_event_detector.state import HostState, RunState, median
+from mldiag_event_detector.state import HostState, RunState
 from mldiag_schemas.events import EventType, Evidence, MetricWindow, Severity
 from mldiag_schemas.monitoring import RuleName
 from mldiag_schemas.runs import ErrorDetails
@@ -32,15 +32,7 @@ HEARTBEAT_GRACE = 2.0
 
 def typical_step_seconds(state: RunState) -> float | None:
     """The run's typical step: median logged step time, else median gap between new steps."""
-    paces = [
-        median(host.pace.values)
-        for host in state.hosts.values()
-        if host.pace.values and not host.pace_is_throughput
-    ]
-    if paces:
-        return median(paces)
-    gaps = [gap for host in state.hosts.values() for gap in host.progress_gaps]
-    return median(gaps) if gaps else None
+    return state.typical_step_seconds()
 
 
 def hang_timeout(book: EventBook) -> float:
@@ -247,9 +239,7 @@ def on_new_process(
         host.restarts += 1
         host.new_process_at = now
         if host.last_step is not None:
-            state.max_step_before_restart = max(
-                state.max_step_before_restart or 0, host.last_step
-            )
+            state.max_step_before_restart = max(state.max_step_before_restart or 0, host.last_step)
     _interruption(
         book, name, f"process restarted (pid {old_pid} → {new_pid})", {}, now, known=known
     )

@@ -11,11 +11,6 @@ DUTY = "duty-cycle-drop"
 REGRESSION = "step-time-regression"
 
 
-def _elapsed(book: EventBook, key: str, now: datetime) -> float:
-    event = book.state.open_events.get(key)
-    return (now - event.start_time).total_seconds() if event else 0.0
-
-
 def duty_cycle_drop(book: EventBook, now: datetime) -> None:
     """The run's aggregated duty cycle fell by ``drop`` against its baseline."""
     if not book.policy.enabled(RuleName.DUTY_CYCLE_DROP):
@@ -66,12 +61,12 @@ def duty_cycle_drop(book: EventBook, now: datetime) -> None:
                     ],
                     facts={"drop": drop, "baseline": baseline, "observed": current},
                 ),
-                time_lost_seconds=_elapsed(book, DUTY, now) * max(drop, 0.0),
+                time_lost_seconds=book.elapsed(DUTY, now) * max(drop, 0.0),
             ),
             now,
         )
     elif lowest > floor:
-        book.clear(DUTY, now, _elapsed(book, DUTY, now) * max(drop, 0.0))
+        book.clear(DUTY, now, book.elapsed(DUTY, now) * max(drop, 0.0))
 
 
 def _regressed(host: HostState, rule: dict[str, float]) -> tuple[float, float] | None:
@@ -115,7 +110,7 @@ def step_time_regression(book: EventBook, now: datetime) -> None:
     increase = median([recent / base for recent, base in slow.values()]) - 1
     window = int(rule["windowSteps"])
     # Steps (1 + i) times longer lose i / (1 + i) of the wall time they take.
-    lost = _elapsed(book, REGRESSION, now) * increase / (1 + increase)
+    lost = book.elapsed(REGRESSION, now) * increase / (1 + increase)
     metric = THROUGHPUT if throughput else STEP_TIME
     what = "Throughput down" if throughput else "Step time up"
     change = (1 - 1 / (1 + increase)) if throughput else increase
@@ -243,7 +238,7 @@ def _judge_window(
                     facts={"slowdown": slowdown, "peers": len(peers)},
                 ),
                 # Synchronous steps go at the slowest host's pace.
-                time_lost_seconds=_elapsed(book, key, now) * slowdown / (1 + slowdown),
+                time_lost_seconds=book.elapsed(key, now) * slowdown / (1 + slowdown),
             ),
             now,
         )
