@@ -19,7 +19,7 @@ from mldiag.config import Settings
 from mldiag.encoding import Encoder
 from mldiag.pipeline import Pipeline
 from mldiag.spool import BatchQueue, MemoryQueue, Spool, SpoolError
-from mldiag.system import Sample
+from mldiag.system import Sample, by_labels
 from mldiag.transport import MetricsWriter, client
 
 logger = logging.getLogger("mldiag")
@@ -48,14 +48,11 @@ class AttachedWriter:
         self._closed = False
 
     def record(self, sample: Sample, step: int = 0) -> None:
-        """Buffer one sample at ``step`` (per-device values get a ``device`` label)."""
+        """Buffer one sample at ``step`` (each value with its labels: a device, a process)."""
         if self._closed:
             return
-        by_device: dict[str, dict[str, float]] = {}
-        for (name, device), value in sample.items():
-            by_device.setdefault(device, {})[name] = value
-        for device, values in by_device.items():
-            self._pipeline.put(step, values, {"device": device} if device else None)
+        for labels, values in by_labels(sample):
+            self._pipeline.put(step, values, labels)
 
     def close(self, timeout: float) -> bool:
         """Send what is buffered within ``timeout`` seconds and stop; True when all was sent.

@@ -103,6 +103,18 @@ _TUNABLE = frozenset(
 )
 
 
+CONTENTION_INTERVAL_ENV = "MLDIAG_CONTENTION_INTERVAL"
+"""Seconds between two contention samples (``mldiag.system.contention``); 0 switches them off."""
+DEFAULT_CONTENTION_INTERVAL = 1.0
+"""Every second, so a slowdown of a few seconds already holds samples of its cause."""
+
+
+def contention_interval(env: Mapping[str, str] | None = None) -> float:
+    """Seconds between contention samples from ``MLDIAG_CONTENTION_INTERVAL`` (0: off)."""
+    env = os.environ if env is None else env
+    return env_seconds(env, CONTENTION_INTERVAL_ENV, DEFAULT_CONTENTION_INTERVAL)
+
+
 def env_seconds(env: Mapping[str, str], name: str, default: float) -> float:
     """A non-negative number of seconds from the environment (``ValueError`` naming it)."""
     text = env.get(name, "").strip()

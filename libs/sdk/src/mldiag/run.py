@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from types import FrameType, TracebackType
 from typing import Any, Literal, Self
 
-from mldiag.config import Settings, env_seconds
+from mldiag.config import Settings, contention_interval, env_seconds
 from mldiag.control import ControlStatus, HttpRunControl, RunControl, RunPhase, RunSpec
 from mldiag.encoding import Encoder
 from mldiag.environment import user_configs, with_environment
@@ -53,7 +53,7 @@ from mldiag.signals import (
     SignalSender,
 )
 from mldiag.spool import BatchQueue, MemoryQueue, Spool, SpoolError, orphan_spools, writer_name
-from mldiag.system import Sample, SystemSampler
+from mldiag.system import Sample, SystemSampler, by_labels, contention_source
 from mldiag.transport import MetricsWriter, client
 
 logger = logging.getLogger("mldiag")
@@ -126,7 +126,12 @@ class Run:
         self._pipeline.start()
         self._sampler: SystemSampler | None = None
         if system_metrics_interval is not None and os.environ.get("LOCAL_RANK", "0") == "0":
-            self._sampler = SystemSampler(self._record_system, system_metrics_interval)
+            self._sampler = SystemSampler(
+                self._record_system,
+                system_metrics_interval,
+                fast_sources=(contention_source,),  # this process's tree is the run's
+                fast_interval=contention_interval(),
+            )
             self._sampler.start()
         self._heartbeat: Heartbeat | None = None
         if settings.heartbeat_interval > 0:
@@ -354,11 +359,8 @@ class Run:
     def _record_system(self, sample: Sample) -> None:
         """Record one system sample at the current step (one host sampler per machine)."""
         step = max(self._next_step - 1, 0)
-        by_device: dict[str, dict[str, float]] = {}
-        for (name, device), value in sample.items():
-            by_device.setdefault(device, {})[name] = value
-        for device, values in by_device.items():
-            self._pipeline.put(step, values, {"device": device} if device else None)
+        for labels, values in by_labels(sample):
+            self._pipeline.put(step, values, labels)
 
     # -- profiles ----------------------------------------------------------------------
 
@@ -632,7 +634,10 @@ def init(
         heartbeat_interval: Seconds between heartbeats (``MLDIAG_HEARTBEAT_INTERVAL``,
             default 10; 0 sends none).
         log_system_metrics: Sample the host (psutil), NVIDIA GPUs (NVML) and TPUs (libtpu)
-            where present; False turns it off.
+            where present, and contention (host CPU by mode, load, swap, disks, network,
+            this process's tree, the top other processes while the host is busy) every
+            ``MLDIAG_CONTENTION_INTERVAL`` seconds (default 1; 0 turns that part off);
+            False turns it all off.
         system_metrics_interval: Seconds between two system samples
             (``MLDIAG_SYSTEM_METRICS_INTERVAL``, default 10; 0 turns it off).
         control: Replaces the HTTP :class:`RunControl` (tests, other backends).

@@ -45,7 +45,7 @@ from typing import IO, Any, TextIO
 
 import mldiag
 from mldiag.cli.registry import _config_value, _key_value, _nest
-from mldiag.config import Settings, env_seconds
+from mldiag.config import Settings, contention_interval, env_seconds
 from mldiag.control import ControlStatus, HttpRunControl, RunControl, RunPhase, RunSpec
 from mldiag.hypertune import METRIC_FILE_ENV, MetricFileForwarder, attempt_metric_file
 from mldiag.process_tree import (
@@ -58,7 +58,13 @@ from mldiag.process_tree import (
 )
 from mldiag.run import Run
 from mldiag.signals import SignalKind
-from mldiag.system import Sample, SystemSampler, gpu_source
+from mldiag.system import (
+    Sample,
+    SystemSampler,
+    contention_source,
+    gpu_source,
+    point_labels,
+)
 from mldiag.transport import client
 
 logger = logging.getLogger("mldiag")
@@ -634,6 +640,9 @@ class Supervisor:
             self._record,
             self._interval,
             sources=(host_only_source, partial(process_tree_source, pid), gpu_source),
+            # The run is the program's tree, not this supervisor's.
+            fast_sources=(partial(contention_source, pid),),
+            fast_interval=contention_interval(),
         )
         sampler.start()
         return sampler
@@ -641,8 +650,8 @@ class Supervisor:
     def _record(self, sample: Sample) -> None:
         """One system sample, recorded at the run's current step (the sampler's thread)."""
         self._peak_rss = max(self._peak_rss, sample.get((PROCESS_RSS, ""), 0.0))
-        for (name, device), value in sample.items():
-            self._run.record(name, value, labels={"device": device} if device else None)
+        for (name, label), value in sample.items():
+            self._run.record(name, value, labels=point_labels(label))
 
     def _oom_evidence(self, kills_before: int | None, output: str) -> bool:
         """Whether something other than the signal itself says the kernel ran out of memory:
