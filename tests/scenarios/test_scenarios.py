@@ -2,38 +2,30 @@
 hosts, top-ranked cause), and the quiet ones cause none.
 
 ingestion, run-registry, event-detector and analyzer run for real (uvicorn threads, real NATS
-and PostgreSQL); every workload is a real process per simulated host using the SDK. All
-scenarios start together (their steps are mostly sleeps) and each test waits for its own.
+and PostgreSQL, ``harness.py``); every workload is a real process per simulated host using
+the SDK. The scenarios start together (their steps are mostly sleeps) and each test waits for
+its own; one that loads the host with CPU burners (``cpu_contention``, ~50 s) runs alone once
+the others have ended, so that its load slows no other scenario.
 """
 
-import os
-import secrets
-import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from mldiag_analyzer.app import create_app as create_analyzer
-from mldiag_analyzer.settings import AnalyzerSettings
-from mldiag_event_detector.app import create_app as create_detector
-from mldiag_event_detector.settings import EventDetectorSettings
-from mldiag_ingestion.app import create_app as create_ingestion
-from mldiag_ingestion.settings import IngestionSettings
-from mldiag_platform.settings import DatabaseSettings, NatsSettings
-from mldiag_run_registry.app import create_app as create_registry
-from mldiag_run_registry.settings import RunRegistrySettings
-from support import served_in_thread
+from scenarios.harness import (
+    BURNER_NAME,
+    Load,
+    Platform,
+    Scenario,
+    report_names,
+    serve,
+    top_cause,
+    top_report,
+)
 
 pytestmark = pytest.mark.e2e
-
-WORKLOAD = Path(__file__).with_name("workload.py")
 
 # Thresholds a user would set for short jobs (the defaults suit hours-long training).
 FAST_RULES = {
@@ -41,24 +33,6 @@ FAST_RULES = {
     "step-time-regression": {"thresholds": {"baselineSteps": 10}},
     "checkpoint-stall": {"thresholds": {"minSeconds": 0.1}},
 }
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """A workload, how many hosts run it, and what the platform must say about it."""
-
-    name: str
-    hosts: int = 1
-    event: str | None = None
-    """The event type it must cause; None: a quiet workload (no event at all)."""
-    event_hosts: list[str] | None = None
-    top_cause: str | None = None
-    """The analyzer whose DETECTED report must rank first."""
-    env: dict[int, dict[str, str]] = field(default_factory=dict)
-    kill_after: float | None = None
-    """Seconds after which a hung workload is killed (it never ends on its own)."""
-    then: str | None = None
-    """A second life of the workload, started on the same run once the first has ended."""
 
 
 SCENARIOS = [
@@ -120,132 +94,33 @@ SCENARIOS = [
         env={1: {"XLA_FLAGS": "--xla_gpu_enable_latency_hiding_scheduler=true"}},
         top_cause="fingerprint-mismatch",
     ),
+    Scenario(
+        "cpu_contention",
+        event="PERFORMANCE_DEGRADATION",
+        event_hosts=["host-0"],
+        top_cause="host-cpu-contention",
+        names=BURNER_NAME,
+        # One core for the fit (no BLAS threads), the host sampled every second.
+        env={0: {"MLDIAG_SYSTEM_METRICS_INTERVAL": "1", "OPENBLAS_NUM_THREADS": "1"}},
+        load=Load(after=15, seconds=20),  # a burner per core, 20 s after 15 s of steady steps
+    ),
 ]
-
-
-@dataclass
-class Launched:
-    """A scenario's run and processes."""
-
-    scenario: Scenario
-    run_id: str
-    processes: list[subprocess.Popen[bytes]]
-    started: float
-
-
-class Platform:
-    """The served platform and the scenarios running against it."""
-
-    def __init__(self, api: str, env: dict[str, str], token: str) -> None:
-        self.api = httpx.Client(
-            base_url=api, headers={"Authorization": f"Bearer {token}"}, timeout=10
-        )
-        self.env = env
-        self.launched: dict[str, Launched] = {}
-
-    def launch(self, scenario: Scenario, run_id: str | None = None) -> Launched:
-        run_id = run_id or f"{scenario.name.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
-        processes = []
-        for index in range(scenario.hosts):
-            env = {
-                **os.environ,
-                **self.env,
-                "MLDIAG_RUN_ID": run_id,
-                "MLDIAG_HOST": f"host-{index}",
-                "MLDIAG_PROCESS_INDEX": str(index),
-                **scenario.env.get(index, {}),
-            }
-            processes.append(
-                subprocess.Popen(
-                    [sys.executable, str(WORKLOAD), scenario.name],
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                )
-            )
-        launched = Launched(scenario, run_id, processes, time.monotonic())
-        self.launched[scenario.name] = launched
-        return launched
-
-    def events(self, run_id: str) -> list[dict[str, Any]]:
-        response = self.api.get(f"/v1/machineLearningRuns/{run_id}/monitoredEvents")
-        if response.status_code == 404:
-            return []  # the run is not created yet
-        response.raise_for_status()
-        events: list[dict[str, Any]] = response.json().get("events", [])
-        return events
-
-    def finish(self, launched: Launched, timeout: float = 90) -> None:
-        """Wait for the processes (killing a hung one after its time)."""
-        for process in launched.processes:
-            limit = launched.scenario.kill_after
-            remaining = timeout if limit is None else limit - (time.monotonic() - launched.started)
-            try:
-                process.wait(max(remaining, 0.1))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
 
 
 @pytest.fixture(scope="module")
 def platform(nats_url: str, database_url: str) -> Iterator[Platform]:
-    """The four services, served once for the whole library, every scenario launched."""
-    tag = uuid.uuid4().hex[:8]
-    nats = NatsSettings(url=nats_url, namespace=f"scn{tag}")
-    database = DatabaseSettings(url=database_url, pool_min_size=1, pool_max_size=4)
-    token = "mldiag_" + secrets.token_urlsafe(32)
-    registry = create_registry(
-        RunRegistrySettings(
-            nats=nats, database=database, db_schema=f"r_{tag}", bootstrap_admin_token=token
-        )
-    )
-    ingestion = create_ingestion(IngestionSettings(nats=nats, otlp_grpc_port=0, otlp_http_port=0))
-    detector = create_detector(
-        EventDetectorSettings(nats=nats, database=database, db_schema=f"d_{tag}")
-    )
-    analyzer = create_analyzer(AnalyzerSettings(nats=nats))
-    with (
-        served_in_thread(registry) as api,
-        served_in_thread(ingestion) as ingestion_url,
-        served_in_thread(detector),
-        served_in_thread(analyzer),
-    ):
-        served = Platform(
-            api,
-            {
-                "MLDIAG_API_URL": api,
-                "MLDIAG_INGESTION_URL": ingestion_url,
-                "MLDIAG_TOKEN": token,
-                "MLDIAG_HEARTBEAT_INTERVAL": "1",
-                "MLDIAG_SPOOL_DIR": "",
-            },
-            token,
-        )
-        served.api.patch(
-            "/v1/projects/default/locations/local/monitoringRules", json={"rules": FAST_RULES}
-        ).raise_for_status()
-        time.sleep(0.5)  # the detector has the project's rules before the first run
+    """The four services, served once for the whole library, every scenario launched (those
+    that load the host wait for their test, alone)."""
+    with serve(nats_url, database_url, FAST_RULES) as served:
         for scenario in SCENARIOS:
-            served.launch(scenario)
+            if scenario.load is None:
+                served.launch(scenario)
         yield served
-        for launched in served.launched.values():
-            for process in launched.processes:
-                if process.poll() is None:
-                    process.kill()
-
-
-def _top_cause(event: dict[str, Any]) -> str | None:
-    detected = [
-        report
-        for report in event.get("analyzerReports", [])
-        if report["detectionState"] == "DETECTED"
-    ]
-    return detected[0]["analyzer"] if detected else None
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda scenario: scenario.name)
 def test_scenario(platform: Platform, scenario: Scenario) -> None:
-    launched = platform.launched[scenario.name]
+    launched = platform.launched.get(scenario.name) or platform.launch_alone(scenario)
     if scenario.event is None:
         platform.finish(launched)
         for process in launched.processes:
@@ -266,6 +141,8 @@ def test_scenario(platform: Platform, scenario: Scenario) -> None:
             break
         time.sleep(0.2)
     platform.finish(launched)
+    if scenario.load is not None:  # the load is over: one event for it, never a relapse
+        matching = [e for e in platform.events(launched.run_id) if e["type"] == scenario.event]
     assert matching, (
         f"no {scenario.event}; events: {[e['type'] for e in platform.events(launched.run_id)]}"
     )
@@ -276,4 +153,6 @@ def test_scenario(platform: Platform, scenario: Scenario) -> None:
     if scenario.event_hosts is not None:
         assert event["hosts"] == scenario.event_hosts
     if scenario.top_cause is not None:
-        assert _top_cause(event) == scenario.top_cause, event["analyzerReports"]
+        assert top_cause(event) == scenario.top_cause, event["analyzerReports"]
+    if scenario.names is not None:
+        assert report_names(top_report(event), scenario.names), event["analyzerReports"]

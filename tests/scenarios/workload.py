@@ -202,6 +202,38 @@ def config_drift(run: mldiag.Run) -> None:
     _steps(run, lambda _: 0.05, steps=60)
 
 
+def cpu_contention(run: mldiag.Run) -> None:
+    """A steady CPU-bound numpy regression fit on one core (about 40 ms a step, ~50 s); the
+    harness starts a CPU burner per core during it (the scenario's ``load``), so the steps
+    slow down while others take the CPU. The host is sampled every second (its env)."""
+    import numpy as np  # noqa: PLC0415  # only this scenario needs it
+    import numpy.typing as npt  # noqa: PLC0415
+
+    rng = np.random.default_rng(_host())
+    x = rng.standard_normal((2048, 64))
+    # Noisy targets: the loss settles at the noise's variance, steady (no vanishing loss).
+    y = x @ rng.standard_normal(64) + rng.standard_normal(2048)
+    w = np.zeros(64)
+
+    def descend(w: npt.NDArray[np.float64], passes: int) -> tuple[npt.NDArray[np.float64], float]:
+        for _ in range(passes):
+            error = x @ w - y
+            w = w - 1e-4 * (x.T @ error)
+        return w, float(np.mean(error**2))
+
+    # How many passes a 40 ms step holds on this machine, measured before any load starts.
+    started = time.perf_counter()
+    w, _ = descend(w, 20)
+    passes = max(1, round(0.04 / ((time.perf_counter() - started) / 20)))
+    begun = time.monotonic()
+    step = 0
+    while time.monotonic() - begun < 50:
+        step += 1
+        started = time.perf_counter()
+        w, loss = descend(w, passes)
+        run.log({"step_time": time.perf_counter() - started, "loss": loss}, step=step)
+
+
 SCENARIOS: dict[str, Callable[[mldiag.Run], None]] = {
     f.__name__: f
     for f in (
@@ -221,6 +253,7 @@ SCENARIOS: dict[str, Callable[[mldiag.Run], None]] = {
         restart,
         restart_first_life,
         config_drift,
+        cpu_contention,
     )
 }
 
@@ -228,7 +261,9 @@ SCENARIOS: dict[str, Callable[[mldiag.Run], None]] = {
 def main() -> None:
     """Run one scenario as this process's part of the run."""
     scenario = SCENARIOS[sys.argv[1]]
-    with mldiag.init(name=sys.argv[1], log_system_metrics=False) as run:
+    # The host is sampled only where a scenario asks for it (it sets the interval).
+    sampled = bool(os.environ.get("MLDIAG_SYSTEM_METRICS_INTERVAL"))
+    with mldiag.init(name=sys.argv[1], log_system_metrics=sampled) as run:
         scenario(run)
 
 
