@@ -95,7 +95,7 @@ def test_nothing_found_leaves_the_probable_cause_empty() -> None:
     analysis = analyze(*degradation(), RUNBOOKS, NOW)
     assert not analysis.analyzer_insight_found
     assert analysis.probable_cause == ""
-    assert len(analysis.reports) == 11
+    assert len(analysis.reports) == 17
 
 
 def test_numerical_instability_without_a_cause_names_the_symptom() -> None:

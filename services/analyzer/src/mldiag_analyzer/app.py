@@ -23,7 +23,9 @@ def create_app(settings: AnalyzerSettings | None = None) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         async with connect_bus(settings.nats, SERVICE) as bus:
             service = AnalyzerService(bus.publisher, settings.runbook_base_url)
-            bus.consume(handlers.EVENTS_CONSUMER, handlers.BusHandlers(service).on_events)
+            bound = handlers.BusHandlers(service)
+            bus.consume(handlers.EVENTS_CONSUMER, bound.on_events)
+            bus.consume(handlers.UPDATES_CONSUMER, bound.on_updates)
             await bus.start()
             checks["nats"] = bus.healthy
             try:

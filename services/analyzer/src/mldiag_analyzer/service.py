@@ -21,7 +21,13 @@ from mldiag_schemas.analyses import (
     DetectionState,
 )
 from mldiag_schemas.envelope import Envelope
-from mldiag_schemas.events import EventType, RunContext, WorkloadEvent, WorkloadEventOpened
+from mldiag_schemas.events import (
+    EventType,
+    RunContext,
+    WorkloadEvent,
+    WorkloadEventOpened,
+    WorkloadEventUpdated,
+)
 from mldiag_schemas.ids import derived_id
 from mldiag_schemas.profiling import ProfileCaptureRequested
 
@@ -55,19 +61,31 @@ def rank(reports: Sequence[AnalyzerReport]) -> list[AnalyzerReport]:
     )
 
 
+def analysis_id(event: WorkloadEvent, reanalysis: bool = False) -> uuid.UUID:
+    """The analysis id: one per event and analyzer version for the analysis of the opened
+    event (the id analyses stored before re-analysis existed keep), and one per revision for
+    each re-analysis of an update, so that a redelivered message yields the same id."""
+    parts = [str(event.event_id), ANALYZER_VERSION]
+    if reanalysis:
+        parts.append(f"revision-{event.revision}")
+    return derived_id(ANALYSIS_ID_NAMESPACE, *parts)
+
+
 def analyze(
     event: WorkloadEvent,
     context: RunContext | None,
     runbooks: str,
     now: datetime,
     capture_requested: bool = False,
+    reanalysis: bool = False,
 ) -> Analysis:
-    """Run every analyzer relevant to the event over it and the run's signals; rank them."""
+    """Run every analyzer relevant to the event over it and the run's signals; rank them.
+    ``reanalysis``: the event's update brought new signals (see :func:`analysis_id`)."""
     inputs = Inputs(event, context)
     reports = rank([analyzer.run(inputs, runbooks) for analyzer in analyzers_for(event.type)])
     detected = [r for r in reports if r.detection_state == DetectionState.DETECTED]
     return Analysis(
-        analysis_id=derived_id(ANALYSIS_ID_NAMESPACE, str(event.event_id), ANALYZER_VERSION),
+        analysis_id=analysis_id(event, reanalysis),
         event_id=event.event_id,
         run_id=event.run_id,
         analyzer_insight_found=bool(detected),
@@ -148,26 +166,57 @@ class AnalyzerService:
             capture = capture_request(event, context, now)
             analysis = analyze(event, context, self._runbooks, now, capture is not None)
             analyses.append(analysis)
-            # The message id is the analysis id: a redelivered event republishes the same
-            # message, which JetStream drops and the registry would ignore anyway.
-            messages.append(
-                AnalysisCompleted(event_id=analysis.analysis_id, occurred_at=now, analysis=analysis)
-            )
+            messages.append(_completed(analysis, now))
             if capture is not None:
                 messages.append(capture)
-            log.info(
-                "analysis.completed",
-                run_id=event.run_id,
-                event_id=str(event.event_id),
-                event_type=str(event.type),
-                probable_cause=analysis.probable_cause,
-                detected=sum(
-                    r.detection_state == DetectionState.DETECTED for r in analysis.reports
-                ),
-                reports=len(analysis.reports),
-                capture_requested=analysis.capture_requested,
-                has_context=context is not None,
-                duration_ms=round((time.perf_counter() - started) * 1000, 3),
-            )
+            _log_analysis(analysis, event, context, started, revision=None)
         await self._publisher.publish_many(messages)
         return analyses
+
+    async def on_updated(self, updates: Sequence[WorkloadEventUpdated]) -> list[Analysis]:
+        """Analyse again each updated event whose update carries the run's signals (an update
+        without them changed nothing the analyzers read, so it is skipped); publish the new
+        analyses, which the registry serves as the event's latest. No second capture: the
+        opened event's analysis decided that once."""
+        now = self._clock()
+        analyses: list[Analysis] = []
+        for update in updates:
+            if update.context is None:
+                continue
+            started = time.perf_counter()
+            event = update.event
+            analysis = analyze(event, update.context, self._runbooks, now, reanalysis=True)
+            analyses.append(analysis)
+            _log_analysis(analysis, event, update.context, started, revision=event.revision)
+        if analyses:
+            await self._publisher.publish_many([_completed(a, now) for a in analyses])
+        return analyses
+
+
+def _completed(analysis: Analysis, now: datetime) -> AnalysisCompleted:
+    # The message id is the analysis id: a redelivered event republishes the same message,
+    # which JetStream drops and the registry would ignore anyway.
+    return AnalysisCompleted(event_id=analysis.analysis_id, occurred_at=now, analysis=analysis)
+
+
+def _log_analysis(
+    analysis: Analysis,
+    event: WorkloadEvent,
+    context: RunContext | None,
+    started: float,
+    revision: int | None,
+) -> None:
+    log.info(
+        "analysis.completed" if revision is None else "analysis.reanalysed",
+        run_id=event.run_id,
+        event_id=str(event.event_id),
+        event_type=str(event.type),
+        revision=event.revision,
+        probable_cause=analysis.probable_cause,
+        detected=sum(r.detection_state == DetectionState.DETECTED for r in analysis.reports),
+        reports=len(analysis.reports),
+        capture_requested=analysis.capture_requested,
+        has_context=context is not None,
+        log_excerpts=len(context.log_excerpts) if context else 0,
+        duration_ms=round((time.perf_counter() - started) * 1000, 3),
+    )

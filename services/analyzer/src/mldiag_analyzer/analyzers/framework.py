@@ -28,8 +28,19 @@ from mldiag_analyzer.analyzers.common import (
     spread,
     when,
 )
+from mldiag_analyzer.analyzers.logs import (
+    COLLECTIVE_TIMEOUT,
+    QUOTED_LINES,
+    Traceback,
+    excerpts,
+    matching_lines,
+    quote,
+    quotes,
+    tracebacks,
+)
 from mldiag_schemas.analyses import Layer
 from mldiag_schemas.events import EventType
+from mldiag_schemas.logs import LogExcerpt
 from mldiag_schemas.monitoring import RuleName
 
 ONSET_MARGIN_STEPS = 5
@@ -426,21 +437,42 @@ _DEVICE_OOM = re.compile(
     r"outofmemoryerror|failed to allocate .* (hbm|device)|hbm",
     re.IGNORECASE,
 )
+_DEVICE_OOM_LOGGED = re.compile(
+    r"resource_exhausted|out of memory (while|allocating|on device|trying to allocate)|"
+    r"cuda out of memory|outofmemoryerror|failed to allocate .* (hbm|device)|"
+    r"cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED",
+    re.IGNORECASE,
+)
+"""The same in log lines, where a bare ``HBM`` (a usage line) says nothing of an OOM."""
+
+
+def _oom_lines(inputs: Inputs) -> list[tuple[LogExcerpt, str]]:
+    """Log lines of an accelerator OOM: matching lines anywhere, else an excerpt the
+    detector kept as one."""
+    return matching_lines(excerpts(inputs), _DEVICE_OOM_LOGGED) or [
+        (e, line) for e in excerpts(inputs, "accelerator-oom") for line in e.lines
+    ]
 
 
 @analyzer("accelerator-oom", Layer.FRAMEWORK, "accelerator-memory-pressure.md")
 def accelerator_oom(inputs: Inputs) -> Finding:
-    """The process ended because the accelerator ran out of memory (RESOURCE_EXHAUSTED)."""
+    """The process ended because the accelerator ran out of memory (RESOURCE_EXHAUSTED), as
+    the termination's facts or the run's log lines say."""
     classification = fact_text(inputs, "classification")
     text = f"{fact_text(inputs, 'errorType')} {fact_text(inputs, 'message')}"
     match = _DEVICE_OOM.search(text)
-    hosts = inputs.event_hosts()
-    if classification != "oom_accelerator" and match is None:
+    logged = _oom_lines(inputs)
+    hosts = inputs.event_hosts() | {e.host for e, _ in logged if e.host}
+    if classification != "oom_accelerator" and match is None and not logged:
         return not_found(
             "Not an accelerator out-of-memory error: the termination is classified"
-            f" '{classification or 'unknown'}' and names no RESOURCE_EXHAUSTED or device OOM."
+            f" '{classification or 'unknown'}', names no RESOURCE_EXHAUSTED or device OOM, and"
+            " no log line of the run says so."
         )
-    evidence = [f"error: {match.group(0)}"] if match else [f"classified '{classification}'"]
+    evidence = [f"error: {match.group(0)}"] if match else []
+    if classification == "oom_accelerator":
+        evidence.append(f"classified '{classification}'")
+    evidence += quotes(logged)
     evidence += [
         f"{h.host}: accelerator memory {percent(h.accelerator_memory_utilization)} before it"
         for h in inputs.hosts
@@ -449,39 +481,75 @@ def accelerator_oom(inputs: Inputs) -> Finding:
     if inputs.has_open_event(EventType.ACCELERATOR_MEMORY_PRESSURE):
         evidence.append("an accelerator memory pressure event was open")
     details = f"The process{on(hosts)} ran out of accelerator memory"
+    effect = {
+        EventType.HANG: "; its peers wait for it in the next collective",
+        EventType.ORCHESTRATOR_INTERRUPTION: "; the restart follows the crash",
+    }.get(inputs.event.type, "")
+    # For a termination it is the cause itself; elsewhere it explains the event one step away.
+    score = 0.9 if inputs.event.type == EventType.TERMINATION else 0.8
     actions = [
         "Lower the per-device batch or sequence length, rematerialise activations"
         " (`jax.checkpoint`), or shard parameters and optimizer state over more devices.",
         "Compare the configs with the last run that fitted; resume from the last checkpoint.",
     ]
-    return found(details + ".", 0.9, hosts, evidence, actions)
+    return found(details + effect + ".", score, hosts, evidence, actions)
+
+
+def _pick(raised: list[Traceback], hosts: set[str]) -> Traceback | None:
+    """The traceback that explains the event: the first on the hosts it names (later ones
+    tend to cascade from it), else the first of the run."""
+    own = [t for t in raised if t.excerpt.host in hosts]
+    return next(iter(own or raised), None)
 
 
 @analyzer("workload-exception", Layer.FRAMEWORK, "termination.md")
 def workload_exception(inputs: Inputs) -> Finding:
-    """An exception escaped the workload's code (not an OOM, not a hardware fault)."""
+    """An exception escaped the workload's code (not an OOM, not a hardware fault): from
+    the termination's facts, or a traceback in the run's logs, with its last frames."""
     classification = fact_text(inputs, "classification")
     error_type = fact_text(inputs, "errorType")
     message = fact_text(inputs, "message")
     if classification in {"oom_host", "oom_accelerator", "hardware_error", "killed"}:
         return not_found(f"The termination is classified '{classification}', not an exception.")
-    if classification != "user_exception" and not error_type:
-        return not_found("No exception was reported: the process ended without a traceback.")
+    hosts = inputs.event_hosts()
+    traceback = _pick(tracebacks(inputs), hosts)
+    if classification != "user_exception" and not error_type and traceback is None:
+        return not_found(
+            "No exception was reported: the process ended without a traceback"
+            + (" and the run's logs hold none." if inputs.context else ".")
+        )
     last_line = message.strip().splitlines()[-1] if message.strip() else ""
+    if traceback is not None:
+        error_type = error_type or traceback.error_type
+        last_line = last_line or f"{traceback.error_type}: {traceback.message}".rstrip(": ")
+        if traceback.excerpt.host:
+            hosts = hosts | {traceback.excerpt.host}
     evidence = [f"exception: {error_type or 'unknown type'}"]
     if last_line:
         evidence.append(f"last line: {last_line[:300]}")
-    hosts = inputs.event_hosts()
     details = f"The workload raised {error_type or 'an exception'}{on(hosts)}"
     if last_line:
         details += f": {last_line[:200]}"
-    score = 0.85
+    if traceback is not None and traceback.frames:
+        details += f" (in {traceback.frames[-1]})"
+        evidence.append("last frames: " + " → ".join(traceback.frames))
+    if traceback is not None:
+        evidence += [quote(traceback.excerpt, line) for line in traceback.lines[-QUOTED_LINES:]]
+    score = {
+        EventType.TERMINATION: 0.85,
+        EventType.HANG: 0.7,  # the crashed process leaves its peers waiting in a collective
+    }.get(inputs.event.type, 0.6)
+    said = f"{error_type} {last_line}"
+    if _DEVICE_OOM_LOGGED.search(said) or COLLECTIVE_TIMEOUT.search(said):
+        # The exception only carries a cause another analyzer names (an OOM, a timeout).
+        details += " (it reports an out-of-memory error or a collective timeout: see those)"
+        score = 0.6
     if inputs.has_open_event(EventType.NUMERICAL_INSTABILITY):
         details += " (a numerical instability event was open: the exception may follow a NaN)"
         evidence.append("a numerical instability event was open")
     actions = [
-        "Read the full traceback in the process's output and fix the code or the data that"
-        " raised it; resume from the last checkpoint.",
+        "Read the full traceback in the process's output (the run's logs) and fix the code or"
+        " the data that raised it; resume from the last checkpoint.",
     ]
     return found(details + ".", score, hosts, evidence, actions)
 

@@ -24,8 +24,10 @@ from mldiag_analyzer.analyzers.common import (
     spread,
     when,
 )
+from mldiag_analyzer.analyzers.logs import excerpts, matching_lines, quotes
 from mldiag_schemas.analyses import Layer
 from mldiag_schemas.events import EventType, HostSnapshot
+from mldiag_schemas.logs import LogExcerpt
 from mldiag_schemas.monitoring import RuleName
 
 WARN_CLOCK_DROP_MHZ = 30.0
@@ -112,9 +114,18 @@ def thermal_throttling(inputs: Inputs) -> Finding:
     return found(details + ".", score, flagged, evidence, actions)
 
 
+def _others_dominate(h: HostSnapshot) -> bool:
+    """Whether other processes, not the run, take most of a host's CPU (where sampled)."""
+    c = h.contention
+    if c is None or c.other_cpu_percent is None or c.run_cpu_percent is None:
+        return False
+    return c.other_cpu_percent > c.run_cpu_percent
+
+
 @analyzer("host-cpu-saturation", Layer.INFRASTRUCTURE, "host-resource-exhaustion.md")
 def host_cpu_saturation(inputs: Inputs) -> Finding:
-    """Host CPUs saturated: input decoding, augmentation or a busy neighbour starve the step."""
+    """Host CPUs saturated by the run itself: its input decoding or augmentation starve the
+    step (others taking the CPU is host-cpu-contention)."""
     if inputs.context is None:
         return not_found(NO_CONTEXT.format(what="host CPU"))
     reporting = [h for h in inputs.hosts if h.host_cpu_utilization is not None]
@@ -133,6 +144,14 @@ def host_cpu_saturation(inputs: Inputs) -> Finding:
             f"Host CPU stayed at or below {percent(top)} on every host"
             f" ({len(reporting)} reporting; saturated means {percent(CPU_SATURATED_PERCENT)})."
         )
+    # The run itself saturating its CPUs is this cause; others taking them is contention.
+    neighbours = {h.host for h in reporting if h.host in busy and _others_dominate(h)}
+    if neighbours == busy.keys():
+        return not_found(
+            f"Host CPU was saturated on {names(busy)}, but mostly by other processes, not the"
+            " run's own: see host-cpu-contention."
+        )
+    busy = {host: value for host, value in busy.items() if host not in neighbours}
     wait = inputs.threshold(RuleName.INPUT_STALL, "waitFraction")
     waiting = {
         h.host
@@ -141,6 +160,12 @@ def host_cpu_saturation(inputs: Inputs) -> Finding:
     }
     where = spread(inputs, busy)
     evidence = [f"{host}: CPU {percent(value)}" for host, value in busy.items()]
+    evidence += [
+        f"{h.host}: the run's own processes {percent(h.contention.run_cpu_percent)} of the"
+        " host's CPU"
+        for h in reporting
+        if h.host in busy and h.contention and h.contention.run_cpu_percent is not None
+    ]
     evidence += [
         f"{h.host}: data wait {share(h.data_wait_fraction)} of the step"
         for h in reporting
@@ -360,16 +385,29 @@ def storage_throughput(inputs: Inputs) -> Finding:
 
 
 _HOST_OOM = re.compile(r"out of memory: kill|oomkilled|oom-kill|oom killer", re.IGNORECASE)
+_KILLED = re.compile(r"^\s*(\S+: line \d+:\s+\d+\s+)?Killed\b")
+"""The shell's word for a child it lost to SIGKILL (``Killed`` or ``./run.sh: line 3: 42
+Killed python train.py``): with memory exhausted, the OOM killer."""
+
+
+def _oom_kill_lines(inputs: Inputs) -> list[tuple[LogExcerpt, str]]:
+    """Log lines of an OOM kill: the kernel's or a runtime's words anywhere, else an excerpt
+    the detector kept as one."""
+    return matching_lines(excerpts(inputs), _HOST_OOM) or [
+        (e, line) for e in excerpts(inputs, "host-oom-kill") for line in e.lines
+    ]
 
 
 @analyzer("host-oom-kill", Layer.INFRASTRUCTURE, "termination.md")
 def host_oom_kill(inputs: Inputs) -> Finding:
-    """The host's OOM killer ended the process (SIGKILL / exit 137 with memory exhausted)."""
+    """The host's OOM killer ended the process (SIGKILL / exit 137 with memory exhausted), as
+    the termination's facts or the run's log lines say."""
     classification = fact_text(inputs, "classification")
     signal = fact_text(inputs, "signal")
     exit_code = exit_code_fact(inputs)
     message = fact_text(inputs, "message")
-    hosts = inputs.event_hosts()
+    logged = _oom_kill_lines(inputs)
+    hosts = inputs.event_hosts() | {e.host for e, _ in logged if e.host}
     memory = {
         h.host: h.host_memory_utilization
         for h in inputs.hosts
@@ -381,8 +419,9 @@ def host_oom_kill(inputs: Inputs) -> Finding:
     evidence = [f"{host}: memory {percent(value)} in use" for host, value in memory.items()]
     if inputs.has_open_event(EventType.HOST_RESOURCE_EXHAUSTION):
         evidence.append("a host resource exhaustion event was open")
-    killed = signal == "SIGKILL" or exit_code == 137
-    if classification == "oom_host" or _HOST_OOM.search(message):
+    killed_lines = matching_lines(excerpts(inputs), _KILLED)
+    killed = signal == "SIGKILL" or exit_code == 137 or bool(killed_lines)
+    if classification == "oom_host" or _HOST_OOM.search(message) or logged:
         details = "The process was killed by the host's out-of-memory killer"
         score = 0.95
     elif killed and evidence:
@@ -394,16 +433,24 @@ def host_oom_kill(inputs: Inputs) -> Finding:
     else:
         return not_found(
             "Not a host out-of-memory kill: the termination is classified"
-            f" '{classification or 'unknown'}' and host memory was not exhausted.",
+            f" '{classification or 'unknown'}', host memory was not exhausted and no log line"
+            " of the run tells of an OOM kill.",
         )
+    evidence = quotes(logged or killed_lines) + evidence
     if signal or exit_code is not None:
         evidence.append(f"signal {signal or 'none'}, exit code {exit_code}")
+    effect = {
+        EventType.HANG: "; its peers wait for it in the next collective",
+        EventType.ORCHESTRATOR_INTERRUPTION: "; the restart follows the kill",
+    }.get(inputs.event.type, "")
+    if inputs.event.type == EventType.ORCHESTRATOR_INTERRUPTION:
+        score -= 0.1  # it explains the restart; a preemption notice would explain it better
     actions = [
         "Confirm with `dmesg -T | grep -i 'killed process'` or the pod's `OOMKilled` status.",
         "Lower host memory use (data-loader workers, prefetch, checkpoint staging) or ask for"
         " more memory per host, then resume from the last checkpoint.",
     ]
-    return found(details + on(hosts) + ".", score, hosts, evidence, actions)
+    return found(details + on(hosts) + effect + ".", score, hosts, evidence, actions)
 
 
 _HARDWARE = re.compile(

@@ -1,6 +1,13 @@
 """Which analyzers run for each event type: every cause worth checking, across the layers."""
 
 from mldiag_analyzer.analyzers.common import Analyzer
+from mldiag_analyzer.analyzers.contention import (
+    accelerator_errors,
+    cpu_steal,
+    host_cpu_contention,
+    host_swapping,
+    io_contention,
+)
 from mldiag_analyzer.analyzers.framework import (
     accelerator_memory_pressure,
     accelerator_oom,
@@ -23,6 +30,7 @@ from mldiag_analyzer.analyzers.infrastructure import (
     straggler_localization,
     thermal_throttling,
 )
+from mldiag_analyzer.analyzers.logs import collective_timeout
 from mldiag_analyzer.analyzers.model import (
     gradient_explosion,
     learning_rate_change,
@@ -36,8 +44,13 @@ from mldiag_schemas.events import EventType
 
 ANALYZERS: dict[EventType, tuple[Analyzer, ...]] = {
     EventType.PERFORMANCE_DEGRADATION: (
+        host_cpu_contention,
         straggler_localization,
         thermal_throttling,
+        accelerator_errors,
+        cpu_steal,
+        io_contention,
+        host_swapping,
         host_cpu_saturation,
         host_memory_pressure,
         recompilation,
@@ -47,9 +60,15 @@ ANALYZERS: dict[EventType, tuple[Analyzer, ...]] = {
         fingerprint_mismatch,
         restart,
         preemption,
+        collective_timeout,
     ),
     EventType.STRAGGLER: (
+        host_cpu_contention,
         thermal_throttling,
+        accelerator_errors,
+        cpu_steal,
+        io_contention,
+        host_swapping,
         host_cpu_saturation,
         host_memory_pressure,
         input_pipeline,
@@ -60,6 +79,11 @@ ANALYZERS: dict[EventType, tuple[Analyzer, ...]] = {
     ),
     EventType.HANG: (
         dead_process,
+        host_oom_kill,
+        accelerator_oom,
+        workload_exception,
+        collective_timeout,
+        accelerator_errors,
         hang_localization,
         preemption,
         fingerprint_mismatch,
@@ -67,10 +91,16 @@ ANALYZERS: dict[EventType, tuple[Analyzer, ...]] = {
         checkpoint_blocking,
         recompilation,
         host_memory_pressure,
+        host_swapping,
+        io_contention,
     ),
     EventType.ORCHESTRATOR_INTERRUPTION: (
         preemption,
         restart,
+        host_oom_kill,
+        accelerator_oom,
+        workload_exception,
+        collective_timeout,
         dead_process,
         host_memory_pressure,
         thermal_throttling,
@@ -79,6 +109,8 @@ ANALYZERS: dict[EventType, tuple[Analyzer, ...]] = {
         host_oom_kill,
         accelerator_oom,
         hardware_error,
+        accelerator_errors,
+        collective_timeout,
         workload_exception,
         killed_by_signal,
         exit_status,
@@ -91,6 +123,8 @@ ANALYZERS: dict[EventType, tuple[Analyzer, ...]] = {
         fingerprint_mismatch,
     ),
     EventType.HOST_RESOURCE_EXHAUSTION: (
+        host_swapping,
+        host_cpu_contention,
         host_memory_pressure,
         host_cpu_saturation,
         input_pipeline,
@@ -100,7 +134,9 @@ ANALYZERS: dict[EventType, tuple[Analyzer, ...]] = {
     EventType.RECOMPILATION_STORM: (recompilation, restart, config_change),
     EventType.INPUT_STALL: (
         input_pipeline,
+        host_cpu_contention,
         host_cpu_saturation,
+        io_contention,
         storage_throughput,
         host_memory_pressure,
         checkpoint_blocking,
@@ -108,6 +144,7 @@ ANALYZERS: dict[EventType, tuple[Analyzer, ...]] = {
     ),
     EventType.CHECKPOINT_STALL: (
         checkpoint_blocking,
+        io_contention,
         storage_throughput,
         host_memory_pressure,
         host_cpu_saturation,
