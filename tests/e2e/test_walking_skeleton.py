@@ -32,7 +32,7 @@ from support import world_readable_tempdir
 pytestmark = pytest.mark.e2e
 
 MLDIAG = [sys.executable, "-m", "mldiag.cli"]
-BASE_PORTS = (4317, 4318, 8080, 8081, 8082, 8083, 8084, 8085, 8086, 8090, 14222, 18222, 15432)
+BASE_PORTS = (4317, 4318, 8080, 8081, 8082, 8083, 8084, 8085, 8086, 8087, 8090, 14222, 18222, 15432)
 
 
 def _ports_free(offset: int) -> bool:
@@ -224,6 +224,7 @@ def test_the_substrate_is_locked_down(stack: Stack) -> None:
         "xprof-provisioner",
         "training",
         "executor",
+        "notifier",
     }
     secrets = stack.home / "secrets"
     assert stat.S_IMODE(secrets.stat().st_mode) == 0o700
@@ -368,3 +369,4 @@ def test_live_streams_pass_the_api_port(stack: Stack) -> None:
     assert "API (edge)" in status.stdout
     assert "training" in status.stdout
     assert "executor" in status.stdout
+    assert "notifier" in status.stdout

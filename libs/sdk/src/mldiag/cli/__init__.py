@@ -5,8 +5,9 @@
 (:mod:`mldiag.cli.registry`); ``profiles``, ``targets`` and ``xprof`` to the registry and the
 xprof-provisioner (:mod:`mldiag.cli.profiles`); ``jobs``, ``hp-tuning-jobs``,
 ``training-pipelines`` and ``models`` to the training API (:mod:`mldiag.cli.jobs`,
-:mod:`mldiag.cli.tuning`, :mod:`mldiag.cli.pipelines`, :mod:`mldiag.cli.models`). It talks to
-a person, so it prints plain text, not log events.
+:mod:`mldiag.cli.tuning`, :mod:`mldiag.cli.pipelines`, :mod:`mldiag.cli.models`); ``alerts``
+to the notifier (:mod:`mldiag.cli.alerts`). It talks to a person, so it prints plain text,
+not log events.
 
 Exit status: 0 done, 1 the API (or the stack) refused (``error: <code>: <message>``),
 2 a usage error, 3 the API did not answer.
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 
 from mldiag.api_client import ApiError, ApiUnreachable
 from mldiag.cli.agent import add_agent_command
+from mldiag.cli.alerts import add_alerts_commands
 from mldiag.cli.jobs import add_jobs_commands
 from mldiag.cli.models import add_models_commands
 from mldiag.cli.output import Format
@@ -56,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tuning_commands(commands)
     add_pipelines_commands(commands)
     add_models_commands(commands)
+    add_alerts_commands(commands)
     add_run_command(commands)
     add_agent_command(commands)
     add_substrate_command(commands)
