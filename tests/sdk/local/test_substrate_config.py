@@ -9,8 +9,7 @@ import pytest
 import yaml
 
 from mldiag.cli import main
-from mldiag.local.config import NOTIFIER_KEY_FILE, locked_down_substrate, resolve_config
-from mldiag.local.errors import LocalStackError
+from mldiag.local.config import locked_down_substrate, resolve_config
 from mldiag.local.secrets import SECRETS_FILE, kept_secrets
 from mldiag_platform import substrate
 from mldiag_schemas import bus
@@ -104,18 +103,16 @@ def test_the_stack_keeps_one_notifier_key_only_the_notifier_gets(tmp_path: Path)
     locked = locked_down_substrate(config, environ={})
     key = locked.service_env("notifier")["MLDIAG_NOTIFIER_SECRET_KEY"]
     assert len(base64.urlsafe_b64decode(key)) == 32  # a Fernet key
-    assert _mode(config.secrets_dir / NOTIFIER_KEY_FILE) == 0o600
     assert all(
         "MLDIAG_NOTIFIER_SECRET_KEY" not in locked.service_env(name)
         for name in locked.credentials
         if name != "notifier"
     )
-    # Kept: the next start encrypts and decrypts with the same key.
+    # Kept: the next start encrypts and decrypts with the same key; Kubernetes gets it too.
     again = locked_down_substrate(config, environ={})
     assert again.service_env("notifier")["MLDIAG_NOTIFIER_SECRET_KEY"] == key
-    (config.secrets_dir / NOTIFIER_KEY_FILE).write_text("")
-    with pytest.raises(LocalStackError, match="is empty"):
-        locked_down_substrate(config, environ={})
+    rendered = substrate.kubernetes_secrets(NAMESPACE, SECRETS, "postgres")
+    assert f'"{substrate.notifier_secret_key(SECRETS)}"' in rendered
 
 
 @pytest.mark.parametrize("user", substrate.SERVICES, ids=lambda user: user.name)

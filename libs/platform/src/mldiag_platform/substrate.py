@@ -15,6 +15,8 @@ replica token) may write the token directory. Replies go to an inbox of the user
 URL) touches neither NATS nor PostgreSQL and has no user here.
 """
 
+import base64
+import hashlib
 import json
 import textwrap
 from collections.abc import Mapping
@@ -284,11 +286,14 @@ def database_password_key(service: str) -> str:
 
 POSTGRES_SUPERUSER_KEY = "postgres-superuser"
 """The name the PostgreSQL superuser's password is kept under."""
+NOTIFIER_KEY = "notifier-secret-key"
+"""The name the secret the notifier's encryption key is made from is kept under."""
 
 SECRET_NAMES: tuple[str, ...] = (
     *(nats_password_key(user.name) for user in NATS_USERS),
     *(database_password_key(service) for service in SERVICE_NAMES),
     POSTGRES_SUPERUSER_KEY,
+    NOTIFIER_KEY,
 )
 """Every secret an installation needs, generated once and kept."""
 
@@ -424,18 +429,31 @@ BEGIN
 END $$;"""  # noqa: S608  # names from the table above, quoted by _literal
 
 
+def notifier_secret_key(secrets: Mapping[str, str]) -> str:
+    """The notifier's Fernet key (URL-safe base64 of 32 bytes), which encrypts channels'
+    secrets at rest: the SHA-256 of its kept secret, so every rendering (the embedded stack,
+    compose, Kubernetes) gives the same key for the same secrets. Losing it makes the stored
+    channel secrets unreadable: keep the secrets file backed up."""
+    digest = hashlib.sha256(secrets[NOTIFIER_KEY].encode()).digest()
+    return base64.urlsafe_b64encode(digest).decode()
+
+
 def service_credentials(
     service: str,
     secrets: Mapping[str, str],
     postgres_host: str,
     postgres_port: int = 5432,
 ) -> dict[str, str]:
-    """The environment that gives a service its NATS user and its database role."""
-    return {
+    """The environment that gives a service its NATS user and its database role (and the
+    notifier its encryption key)."""
+    env = {
         "MLDIAG_NATS_USER": service,
         "MLDIAG_NATS_PASSWORD": secrets[nats_password_key(service)],
         "MLDIAG_DATABASE_URL": database_url(service, secrets, postgres_host, postgres_port),
     }
+    if service == "notifier":
+        env["MLDIAG_NOTIFIER_SECRET_KEY"] = notifier_secret_key(secrets)
+    return env
 
 
 def compose_files(
@@ -473,8 +491,8 @@ def kubernetes_secrets(
 ) -> str:
     """Two Secret manifests (YAML): ``mldiag-nats-auth`` (key ``auth.conf``: the
     authorization block the NATS server config includes) and ``mldiag-credentials``
-    (``<service>-nats-password``, ``<service>-database-url``, the superuser's password and
-    the roles SQL for a job that runs it)."""
+    (``<service>-nats-password``, ``<service>-database-url``, the superuser's password, the
+    roles SQL for a job that runs it and the notifier's ``notifier-secret-key``)."""
     auth = nats_authorization(namespace, secrets)
     credentials: dict[str, str] = {}
     for service in SERVICE_NAMES:
@@ -486,6 +504,7 @@ def kubernetes_secrets(
         nats_password_key(TELEMETRY_PUBLISHER)
     ]
     credentials["operator-nats-password"] = secrets[nats_password_key(OPERATOR)]
+    credentials["notifier-secret-key"] = notifier_secret_key(secrets)
     credentials["postgres-superuser-password"] = secrets[POSTGRES_SUPERUSER_KEY]
     credentials["postgres-roles.sql"] = database_roles_sql(secrets)
     return _secret_yaml(NATS_AUTH_SECRET, {"auth.conf": auth}) + _secret_yaml(

@@ -13,7 +13,7 @@ from mldiag.local.process import (
     LOCALHOST,
     child_env,
 )
-from mldiag.local.secrets import kept_key, kept_secrets
+from mldiag.local.secrets import kept_secrets
 
 STATE_FILE = "state.json"
 """Name of the state file in the home directory; present only while a supervisor runs."""
@@ -33,9 +33,6 @@ DEFAULT_REPLICA_PORT = 20000
 REPLICA_PORT_COUNT = 1000
 """How many ports from the first the local executor offers."""
 DEFAULT_HEALTH_TIMEOUT = 60.0
-NOTIFIER_KEY_FILE = "notifier.key"
-"""Name of the file, in the secrets directory, holding the key the notifier encrypts
-channels' secrets with (made at the first start, kept: without it they cannot be read)."""
 
 
 @dataclass(frozen=True)
@@ -371,20 +368,15 @@ def locked_down_substrate(
         ) from None
     namespace = Namespace(env.get("MLDIAG_NATS_NAMESPACE") or DEFAULT_NAMESPACE)
     secrets = kept_secrets(config.secrets_dir, substrate.SECRET_NAMES)
-    credentials = {
-        name: substrate.service_credentials(name, secrets, LOCALHOST, config.postgres_port)
-        for name in SERVICE_NAMES
-        if name in substrate.SERVICE_NAMES
-    }
-    if "notifier" in credentials:
-        # Only the notifier reads it; made once and kept with the passwords.
-        credentials["notifier"]["MLDIAG_NOTIFIER_SECRET_KEY"] = kept_key(
-            config.secrets_dir, NOTIFIER_KEY_FILE
-        )
     return Substrate(
         nats_authorization=substrate.nats_authorization(namespace, secrets),
         postgres_password=secrets[substrate.POSTGRES_SUPERUSER_KEY],
         postgres_setup_sql=substrate.database_roles_sql(secrets),
-        # The edge touches neither NATS nor PostgreSQL: it gets no credentials.
-        credentials=credentials,
+        # The edge touches neither NATS nor PostgreSQL: it gets no credentials. The notifier
+        # also gets its encryption key, made from a secret kept with the passwords.
+        credentials={
+            name: substrate.service_credentials(name, secrets, LOCALHOST, config.postgres_port)
+            for name in SERVICE_NAMES
+            if name in substrate.SERVICE_NAMES
+        },
     )

@@ -2,7 +2,6 @@
 owner can read (directory 0700, file 0600), reused by every later start.
 """
 
-import base64
 import json
 import os
 import secrets
@@ -65,34 +64,3 @@ def _write(path: Path, values: dict[str, str]) -> None:
         json.dump(values, out, indent=2, sort_keys=True)
         out.write("\n")
     os.replace(partial, path)
-
-
-def kept_key(directory: Path, name: str) -> str:
-    """The encryption key kept in ``directory/name``, made at the first call: 32 random bytes
-    as URL-safe base64 (a Fernet key), owner-only like the passwords.
-
-    Losing it makes what was encrypted with it unreadable, so it is never replaced: a file
-    that is there but empty or unreadable is an error, not a reason to make a new key.
-    """
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    directory.chmod(0o700)
-    path = directory / name
-    if not path.exists():
-        key = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
-        partial = path.with_name(path.name + ".partial")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            os.fchmod(out.fileno(), 0o600)
-            out.write(key + "\n")
-        os.replace(partial, path)
-    path.chmod(0o600)
-    try:
-        key = path.read_text().strip()
-    except OSError as error:
-        raise LocalStackError(f"cannot read the key in {path} ({error})") from None
-    if not key:
-        raise LocalStackError(
-            f"{path} is empty; restore it from a backup (what it encrypted cannot be read"
-            " without it), or delete it to make a new key"
-        )
-    return key
