@@ -4,6 +4,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
 
+import asyncpg
 import structlog
 from fastapi import FastAPI
 
@@ -27,6 +28,10 @@ from mldiag_run_registry.jobs.service import JobRunsService
 from mldiag_run_registry.jobs.tuning import TuningRunsService
 from mldiag_run_registry.live import handlers as live_handlers
 from mldiag_run_registry.live.service import LiveFeed
+from mldiag_run_registry.logs import handlers as logs_handlers
+from mldiag_run_registry.logs.repository import LogsRepository
+from mldiag_run_registry.logs.retention import LogRetention, retaining
+from mldiag_run_registry.logs.service import LogsService
 from mldiag_run_registry.metrics import handlers as metrics_handlers
 from mldiag_run_registry.metrics.repository import MetricsRepository
 from mldiag_run_registry.metrics.service import MetricsService
@@ -68,6 +73,7 @@ _ROOMS_WITH_TABLES = (
     "monitoring",
     "profiles",
     "shares",
+    "logs",
 )
 
 
@@ -94,6 +100,7 @@ def _consume(
     captures: CapturesService,
     live: LiveFeed,
     run_repository: RunRepository,
+    logs: LogsService,
 ) -> None:
     """Every durable consumer the registry runs, with its handler."""
     bus.consume(runs_handlers.CONFIGS_CONSUMER, runs_handlers.RunsBusHandler(runs).on_configs)
@@ -120,6 +127,7 @@ def _consume(
     )
     bus.consume(jobs_handlers.TUNING_CONSUMER, tuning.on_tuning)
     bus.consume(jobs_handlers.TRIALS_CONSUMER, tuning.on_tuning)
+    bus.consume(logs_handlers.LOGS_CONSUMER, logs_handlers.LogsBusHandler(logs).on_logs)
 
 
 async def _sweep(
@@ -128,13 +136,16 @@ async def _sweep(
     outbox: Outbox,
     profiles_repository: ProfilesRepository,
     captures: CapturesService,
+    pool: asyncpg.Pool,
 ) -> None:
     """Start the periodic work that lasts as long as ``stack``: the outbox's sweep of staged
-    messages, and the failing of captures nobody finished."""
+    messages, the failing of captures nobody finished, and log retention."""
     await stack.enter_async_context(running_sweeper(outbox))
     grace = timedelta(seconds=settings.capture_grace_seconds)
     deadlines = CaptureDeadlines(profiles_repository, captures, grace)
     await stack.enter_async_context(sweeping(deadlines, settings.capture_sweep_seconds))
+    retention = LogRetention(LogsRepository(pool), settings.log_retention_days)
+    await stack.enter_async_context(retaining(retention, settings.log_retention_sweep_seconds))
 
 
 def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
@@ -171,6 +182,7 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
                 MetricsRepository(pool, settings.db_schema), runs, run_repository
             )
             events = EventsService(EventsRepository(pool), runs)
+            logs = LogsService(LogsRepository(pool), runs)
             heartbeats = HeartbeatsService(HeartbeatsRepository(pool), runs)
             goodput = GoodputService(GoodputRepository(pool), runs, events)
             monitoring = MonitoringService(MonitoringRepository(pool, outbox), outbox)
@@ -208,14 +220,19 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
                 captures,
                 live,
                 run_repository,
+                logs,
             )
             await bus.start()
             await outbox.flush()  # whatever a crash left staged
-            await _sweep(stack, settings, outbox, profiles_repository, captures)
+            await _sweep(stack, settings, outbox, profiles_repository, captures, pool)
 
             app.state.runs, app.state.metrics, app.state.events = runs, metrics, events
-            app.state.heartbeats = heartbeats
-            app.state.goodput, app.state.monitoring = goodput, monitoring
+            app.state.heartbeats, app.state.goodput, app.state.monitoring, app.state.logs = (
+                heartbeats,
+                goodput,
+                monitoring,
+                logs,
+            )
             app.state.profiles, app.state.captures = profiles, captures
             app.state.operations = OperationsService(operations)
             app.state.tokens_service, app.state.tokens = (
@@ -238,6 +255,7 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
         runs_handlers.router,
         metrics_handlers.router,
         events_handlers.router,
+        logs_handlers.router,
         heartbeats_handlers.router,
         monitoring_handlers.router,
         profiles_handlers.router,

@@ -55,6 +55,15 @@ class RunRegistrySettings(BaseSettings):
         description="Key that signs share links. Unset: one is made and stored in PostgreSQL"
         " at first start, the same for every replica; changing it invalidates every link.",
     )
+    log_retention_days: int = Field(
+        default=30,
+        ge=0,
+        description="Days a run's log lines are kept (by the time of the last line of each"
+        " stored chunk); 0 keeps them forever.",
+    )
+    log_retention_sweep_seconds: float = Field(
+        default=3600.0, gt=0, description="How often log lines past retention are deleted."
+    )
     console_dir: Path | None = Field(
         default=None,
         description="A built console to serve instead of the one built into the package.",

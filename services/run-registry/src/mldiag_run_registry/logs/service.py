@@ -1,0 +1,286 @@
+"""A run's log lines: storing batches from the bus as chunks, and serving them in time order,
+filtered, paged by a cursor a follower keeps asking with (no SQL here).
+
+Every line has a place in one order: (time, batch id, part, index in its chunk). A page token
+is the place of the last line served; the next page is the lines after it. Chunks overlap in
+time (hosts write at once, batches arrive late), so a page walks the chunks that may hold
+lines past its place in the order of their first line and merges them: a line is served
+only once no chunk still unread can hold an earlier one.
+"""
+
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import structlog
+
+from mldiag_platform.errors import InvalidPageToken
+from mldiag_platform.listing.paging import decode_token, encode_token, page_size, token_int
+from mldiag_run_registry.logs.chunks import (
+    SEVERITIES,
+    chunks_of,
+    decode,
+    from_micros,
+    to_micros,
+)
+from mldiag_run_registry.logs.errors import (
+    InvalidGrep,
+    InvalidLogSeverity,
+    InvalidLogStream,
+    InvalidLogTime,
+)
+from mldiag_run_registry.logs.repository import ChunkFilter, LogsRepository, StoredChunk
+from mldiag_run_registry.lookup import RunLookup
+from mldiag_schemas.logs import (
+    SEVERITY_ORDER,
+    ListLogsResponse,
+    LogLinesReceived,
+    LogSeverity,
+    LogStream,
+)
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_PAGE_SIZE = 1000
+MAX_PAGE_SIZE = 10_000
+MAX_GREP_CHARS = 1000
+"""Longest ``grep`` accepted: a bound on what one pattern can cost per line."""
+WALK_CHUNKS = 64
+"""Chunks read per query while a page fills."""
+SCAN_BUDGET_LINES = 2_000_000
+"""Lines a page reads at most; past it the page ends early, its cursor past what was read,
+so a search through a long run answers in parts instead of holding a request for long."""
+ENDED_GRACE = timedelta(seconds=30)
+"""How long after a run ended its cursor stays set: lines still on their way get stored."""
+
+_DURATION = re.compile(r"(\d{1,9})([smhd])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+_EARLIEST = to_micros(datetime(1, 1, 2, tzinfo=UTC))
+_WALK_START = (from_micros(_EARLIEST), uuid.UUID(int=0), -1)
+
+Place = tuple[int, str, int, int]
+"""A line's place in a run's order: time (µs since the epoch), batch id (hex), part, index."""
+
+
+@dataclass(frozen=True)
+class LogQuery:
+    """Which lines a read wants (None: any)."""
+
+    grep: re.Pattern[str] | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    host: str | None = None
+    stream: LogStream | None = None
+    min_severity: LogSeverity | None = None
+
+
+def parse_time(text: str, now: datetime, field: str) -> datetime | None:
+    """``text`` as a time: RFC 3339, or a duration before ``now`` (``90s``, ``10m``, ``2h``,
+    ``7d``); None when empty."""
+    text = text.strip()
+    if not text:
+        return None
+    if match := _DURATION.fullmatch(text):
+        return now - timedelta(**{_UNITS[match[2]]: int(match[1])})
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidLogTime(
+            f"{field} {text!r} is neither an RFC 3339 time nor a duration like 10m",
+            details=[{"field": field, "problem": "not a time"}],
+        ) from None
+    # a time without zone is UTC, as every time this API answers with
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def parse_query(
+    *,
+    grep: str = "",
+    since: str = "",
+    until: str = "",
+    host: str | None = None,
+    stream: str = "",
+    min_severity: str = "",
+    now: datetime | None = None,
+) -> LogQuery:
+    """The query parameters of a logs read, checked."""
+    now = now or datetime.now(UTC)
+    pattern = None
+    if grep:
+        if len(grep) > MAX_GREP_CHARS:
+            raise InvalidGrep(f"grep is longer than {MAX_GREP_CHARS} characters")
+        try:
+            pattern = re.compile(grep)
+        except (re.error, RecursionError, OverflowError) as error:
+            raise InvalidGrep(
+                f"grep {grep!r} is not a regular expression: {error}",
+                details=[{"field": "grep", "problem": str(error)}],
+            ) from None
+    start, end = parse_time(since, now, "since"), parse_time(until, now, "until")
+    if start is not None and end is not None and start > end:
+        raise InvalidLogTime(f"since ({start.isoformat()}) lies past until ({end.isoformat()})")
+    parsed_stream = None
+    if stream:
+        try:
+            parsed_stream = LogStream(stream.upper())
+        except ValueError:
+            names = ", ".join(s.value.lower() for s in LogStream)
+            raise InvalidLogStream(f"stream {stream!r} is none of {names}") from None
+    severity = None
+    if min_severity:
+        try:
+            severity = LogSeverity(min_severity.upper())
+        except ValueError:
+            names = ", ".join(s.value for s in LogSeverity)
+            raise InvalidLogSeverity(f"minSeverity {min_severity!r} is none of {names}") from None
+    return LogQuery(pattern, start, end, host, parsed_stream, severity)
+
+
+def _token(place: Place) -> str:
+    return encode_token({"t": place[0], "b": place[1], "p": place[2], "i": place[3]})
+
+
+def _place(token: str) -> Place:
+    fields = decode_token(token)
+    batch = fields.get("b")
+    if not isinstance(batch, str) or (batch and not re.fullmatch(r"[0-9a-f]{32}", batch)):
+        raise InvalidPageToken("the page token is not valid")
+    time, part, index = (token_int(fields.get(key)) for key in "tpi")
+    place = (time, batch, part, index)
+    if place[0] < _EARLIEST:
+        raise InvalidPageToken("the page token is not valid")
+    return place
+
+
+@dataclass(frozen=True)
+class _Line:
+    place: Place
+    fields: dict[str, Any]
+
+
+def _matching(chunk: StoredChunk, after: Place, query: LogQuery) -> tuple[list[_Line], int]:
+    """The lines of ``chunk`` past ``after`` that ``query`` wants, and how many it holds."""
+    lines = decode(chunk.body, chunk.first_time)
+    batch = chunk.batch_id.hex
+    since = _EARLIEST if query.since is None else to_micros(query.since)
+    until = None if query.until is None else to_micros(query.until)
+    floor = 0 if query.min_severity is None else SEVERITY_ORDER[query.min_severity]
+    grep = query.grep
+    found = []
+    for index, time in enumerate(lines.times):
+        if time < since or (until is not None and time > until):
+            continue
+        place = (time, batch, chunk.part, index)
+        if place <= after or lines.severities[index] < floor:
+            continue
+        text = lines.texts[index]
+        if grep is not None and grep.search(text) is None:
+            continue
+        fields = {
+            "time": from_micros(time),
+            "host": chunk.host,
+            "stream": chunk.stream,
+            "severity": SEVERITIES[lines.severities[index]],
+            "text": text,
+            "process_index": lines.processes[index],
+            "pid": lines.pids[index],
+        }
+        found.append(_Line(place, fields))
+    return found, len(lines.times)
+
+
+class LogsService:
+    """Stores log batches and serves a run's lines."""
+
+    def __init__(self, repository: LogsRepository, runs: RunLookup) -> None:
+        self._repository = repository
+        self._runs = runs
+
+    async def store(self, messages: Sequence[LogLinesReceived]) -> int:
+        """Store batches (a batch stored before adds nothing); how many chunks were new."""
+        chunks = [
+            chunk
+            for message in messages
+            if message.lines
+            for chunk in chunks_of(message.run_id, message.event_id, message.lines)
+        ]
+        stored = await self._repository.store(chunks)
+        log.info(
+            "logs.stored",
+            batches=len(messages),
+            lines=sum(len(m.lines) for m in messages),
+            chunks=len(chunks),
+            new_chunks=stored,
+        )
+        return stored
+
+    async def list_logs(
+        self,
+        project: str,
+        location: str,
+        run_id: str,
+        query: LogQuery,
+        requested_size: int | None = None,
+        page_token: str = "",
+    ) -> ListLogsResponse:
+        """A page of the run's lines past the token's place, oldest first."""
+        run = await self._runs.get_run(project, location, run_id)
+        size = page_size(requested_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        start = (_EARLIEST, "", -1, -1) if not page_token else _place(page_token)
+        page, place, at_end = await self._page(run_id, query, start, size)
+        ended = run.end_time is not None and datetime.now(UTC) - run.end_time > ENDED_GRACE
+        token = "" if at_end and ended else _token(place)
+        return ListLogsResponse.model_validate(
+            {"entries": [line.fields for line in page], "next_page_token": token}
+        )
+
+    async def _page(
+        self, run_id: str, query: LogQuery, after: Place, size: int
+    ) -> tuple[list[_Line], Place, bool]:
+        """Up to ``size`` lines past ``after``; the place to go on from; whether every stored
+        line was read."""
+        since = after[0] if query.since is None else max(after[0], to_micros(query.since))
+        where = ChunkFilter(
+            run_id,
+            after=from_micros(since),
+            host=query.host,
+            stream=None if query.stream is None else query.stream.value,
+            min_severity=0 if query.min_severity is None else SEVERITY_ORDER[query.min_severity],
+            until=query.until,
+        )
+        page: list[_Line] = []
+        pending: list[_Line] = []
+        walked = _WALK_START
+        scanned = 0
+        while True:
+            chunks = await self._repository.walk(where, walked, WALK_CHUNKS)
+            exhausted = len(chunks) < WALK_CHUNKS
+            for chunk in chunks:
+                found, count = _matching(chunk, after, query)
+                pending += found
+                scanned += count
+            if chunks:
+                last = chunks[-1]
+                walked = (last.first_time, last.batch_id, last.part)
+            # No chunk still unread holds a line before the last one read starts.
+            boundary = None if exhausted else to_micros(walked[0])
+            pending.sort(key=lambda line: line.place)
+            ready = len(pending)
+            if boundary is not None:
+                ready = next(
+                    (i for i, line in enumerate(pending) if line.place[0] >= boundary),
+                    len(pending),
+                )
+            taken = min(ready, size - len(page))
+            page += pending[:taken]
+            del pending[:taken]
+            if len(page) == size:
+                return page, page[-1].place, False
+            if boundary is None:
+                return page, page[-1].place if page else after, True
+            if scanned >= SCAN_BUDGET_LINES and boundary > after[0]:
+                # every line before the boundary was read: go on from there next time
+                return page, (boundary, "", -1, -1), False
