@@ -4,7 +4,9 @@ Every interval the agent finds the processes whose environment names a run
 (``MLDIAG_RUN_ID``, which ``mldiag run`` and the SDK's users set), groups them by run, and
 writes into each run that run's process metrics (CPU, memory, threads, processes summed
 over its processes here), the host's CPU and memory, and the accelerators present (NVIDIA
-GPUs, TPUs), all tagged with this host. It never creates a run nor changes its phase: each
+GPUs, TPUs), all tagged with this host; and, every ``MLDIAG_CONTENTION_INTERVAL`` seconds
+(default 1, 0: off), contention: the host's CPU by mode, load, swap, disks and network, the
+run's own CPU and memory, and the top other processes while the host is busy. It never creates a run nor changes its phase: each
 run gets an :class:`~mldiag.attached.AttachedWriter` (the SDK's batching, spool and
 retries). It stops cleanly on SIGTERM or SIGINT, sending what it holds.
 """
@@ -14,21 +16,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from types import FrameType
 from typing import Any
 
 from mldiag.attached import AttachedWriter
 from mldiag.cli.supervise import add_platform_options, seconds_argument
-from mldiag.config import Settings, env_seconds
+from mldiag.config import Settings, contention_interval, env_seconds
 from mldiag.identity import host_name
 from mldiag.process_tree import ProcessMeter, RunProcesses, host_only_source
-from mldiag.system import Sample, Source, gpu_source, tpu_source
+from mldiag.system import ContentionMeter, Sample, Source, gpu_source, tpu_source
 
 logger = logging.getLogger("mldiag")
 
@@ -67,7 +71,8 @@ def agent_command(args: argparse.Namespace) -> int:
         print("mldiag agent: error: --interval must be more than 0", file=sys.stderr)
         return 2
     settings = Settings.resolve(ingestion_url=args.ingestion_url, token=args.token)
-    agent = HostAgent(settings, host_name())
+    fast = contention_interval()
+    agent = HostAgent(settings, host_name(), contention=fast > 0)
     if not agent.can_find_processes:
         print("mldiag agent: error: psutil is not installed (pip install psutil)", file=sys.stderr)
         return 1
@@ -79,8 +84,7 @@ def agent_command(args: argparse.Namespace) -> int:
                 stop.wait(min(interval, _ONCE_WAIT_SECONDS))
                 agent.sample()
             else:
-                while not stop.wait(interval):
-                    agent.sample()
+                _sample_until(stop, agent, interval, fast)
         finally:
             agent.close(settings.shutdown_timeout)
     return 0
@@ -98,10 +102,17 @@ class HostAgent:
             gpu_source,
             tpu_source,
         ),
+        *,
+        contention: bool = False,
     ) -> None:
         self._settings = settings
         self._host = host
         self._finder = RunProcesses()
+        self._groups: dict[str, list[Any]] = {}
+        """The runs' processes found by the last scan (contention reads them in between)."""
+        self._contention = ContentionMeter.create() if contention else None
+        self._fast_names: set[str] = set()
+        """Series contention records every second: not recorded again every interval."""
         self._sources: list[Source] = []
         for find in sources:
             try:
@@ -127,7 +138,7 @@ class HostAgent:
     def sample(self, *, record: bool = True) -> dict[str, Sample]:
         """Find the runs here and measure them; record each run's sample unless ``record``
         is False (a first CPU reading). Runs whose processes are gone are closed."""
-        groups = self._finder.scan()
+        groups = self._groups = self._finder.scan()
         shared = self._shared_sample() if record and groups else {}
         samples: dict[str, Sample] = {}
         for run_id, processes in groups.items():
@@ -149,6 +160,23 @@ class HostAgent:
                 writer.close(self._settings.request_timeout)
         return samples
 
+    def sample_contention(self) -> dict[str, Sample]:
+        """Measure contention for every run of the last scan and record it (the host's
+        counters once, each run's own processes, the top others while the host is busy)."""
+        if self._contention is None:
+            return {}
+        finders = {run_id: partial(self._processes_of, run_id) for run_id in self._groups}
+        samples = self._contention.measure(finders)
+        for run_id, sample in samples.items():
+            self._fast_names.update(name for name, _ in sample)
+            writer = self._writers.get(run_id)
+            if writer is not None:
+                writer.record(sample)
+        return samples
+
+    def _processes_of(self, run_id: str) -> list[Any]:
+        return self._groups.get(run_id, [])
+
     def close(self, timeout: float) -> None:
         """Send what every run's writer holds, within ``timeout`` seconds in all."""
         deadline = time.monotonic() + timeout
@@ -161,11 +189,30 @@ class HostAgent:
         values: Sample = {}
         for source in list(self._sources):
             try:
-                values.update(source())
+                values.update(
+                    (key, value)
+                    for key, value in source().items()
+                    if key[0] not in self._fast_names
+                )
             except Exception:  # a broken source is dropped, never raised
                 logger.warning("mldiag.agent.source_failed (dropped)", exc_info=True)
                 self._sources.remove(source)
         return values
+
+
+def _sample_until(stop: threading.Event, agent: HostAgent, interval: float, fast: float) -> None:
+    """Scan and sample every ``interval`` seconds, contention every ``fast`` (0: never)."""
+    now = time.monotonic()
+    due = now + interval
+    fast_due = now + fast if fast > 0 else math.inf
+    while not stop.wait(max(min(due, fast_due) - time.monotonic(), 0.0)):
+        now = time.monotonic()
+        if now >= due:
+            agent.sample()
+            due += interval * (int((now - due) // interval) + 1)  # skip, never bunch up
+        if now >= fast_due:
+            agent.sample_contention()
+            fast_due += fast * (int((now - fast_due) // fast) + 1)
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ lists every metric with its unit, cadence and cost.
 """
 
 from mldiag.system.base import Finder, Labels, Record, Sample, Source, by_labels, point_labels
-from mldiag.system.contention import ContentionThresholds, contention_source
+from mldiag.system.contention import ContentionMeter, ContentionThresholds, contention_source
 from mldiag.system.gpu import gpu_source
 from mldiag.system.host import host_source
 from mldiag.system.sampler import DEFAULT_SOURCES, SystemSampler
@@ -25,6 +25,7 @@ from mldiag.system.tpu import tpu_source
 
 __all__ = [
     "DEFAULT_SOURCES",
+    "ContentionMeter",
     "ContentionThresholds",
     "Finder",
     "Labels",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -80,34 +80,64 @@ def contention_source(
 ) -> Source | None:
     """Contention as seen by the run whose process tree starts at ``root`` (this process
     when None; ``mldiag run`` passes its program's pid). None without psutil."""
-    psutil = _psutil()
-    if psutil is None:
+    meter = ContentionMeter.create(thresholds)
+    if meter is None:
         return None
-    thresholds = thresholds or ContentionThresholds()
-    root_pid = os.getpid() if root is None else root
-    host = HostCounters(psutil)
-    tree = TreeMeter(psutil, tree_finder(psutil, root_pid), thresholds.children_every)
-    top = TopProcesses(psutil, thresholds)
-    now = time.monotonic()
-    host.sample(now)  # the first readings: rates and shares need a second one
-    tree.sample(now)
-    monitor = os.getpid()
+    runs = {"": tree_finder(meter.psutil, os.getpid() if root is None else root)}
+    meter.measure(runs)  # the first readings: rates and shares need a second one
 
     def sample() -> Sample:
-        now = time.monotonic()
-        values = host.sample(now)
-        run = tree.sample(now)
-        if run is not None:
-            values[RUN_CPU, ""], values[RUN_MEMORY, ""] = run
-        top.update(
-            now,
-            cpu=cpu_contended(values, thresholds),
-            memory=host.memory_short(thresholds),
-        )
-        values.update(top.sample(exclude={*tree.pids, monitor}))
-        return values
+        return meter.measure(runs).get("", {})
 
     return sample
+
+
+class ContentionMeter:
+    """Contention on this host for each of its runs: the host's counters read once, each
+    run's own processes, and the top processes other than the run's (and the sampler's)."""
+
+    def __init__(self, psutil: Any, thresholds: ContentionThresholds) -> None:
+        self.psutil = psutil
+        self._thresholds = thresholds
+        self._host = HostCounters(psutil)
+        self._top = TopProcesses(psutil, thresholds)
+        self._trees: dict[str, TreeMeter] = {}
+        self._monitor = os.getpid()
+
+    @classmethod
+    def create(cls, thresholds: ContentionThresholds | None = None) -> ContentionMeter | None:
+        """A meter, or None without psutil."""
+        psutil = _psutil()
+        if psutil is None:
+            return None
+        return cls(psutil, thresholds or ContentionThresholds())
+
+    def measure(self, runs: Mapping[str, Callable[[], Iterable[Any]]]) -> dict[str, Sample]:
+        """Run id → its sample, for the ``runs`` given as finders of their processes (a run
+        no longer given is forgotten)."""
+        now = time.monotonic()
+        host = self._host.sample(now)
+        samples: dict[str, Sample] = {}
+        for run_id, find in runs.items():
+            tree = self._trees.get(run_id)
+            if tree is None:
+                tree = self._trees[run_id] = TreeMeter(
+                    self.psutil, find, self._thresholds.children_every
+                )
+            samples[run_id] = dict(host)
+            run = tree.sample(now)
+            if run is not None:
+                samples[run_id][RUN_CPU, ""], samples[run_id][RUN_MEMORY, ""] = run
+        for run_id in set(self._trees) - set(runs):
+            del self._trees[run_id]
+        self._top.update(
+            now,
+            cpu=any(cpu_contended(values, self._thresholds) for values in samples.values()),
+            memory=self._host.memory_short(self._thresholds),
+        )
+        for run_id, values in samples.items():
+            values.update(self._top.sample(exclude={*self._trees[run_id].pids, self._monitor}))
+        return samples
 
 
 def cpu_contended(values: Sample, thresholds: ContentionThresholds) -> bool:
