@@ -62,4 +62,4 @@ def test_no_operation_answers_a_server_error(
     assert fuzzer.failures == []
 
 
-_VERBS = ("/metrics:write", ":heartbeat", ":reportSignal")
+_VERBS = ("/metrics:write", "/logs:write", ":heartbeat", ":reportSignal")

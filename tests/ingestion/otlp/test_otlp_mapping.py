@@ -1,5 +1,5 @@
-"""Mapping OTLP exports: metrics to points (run ids, steps, labels, histograms) and configs
-log records to reports (pure, no I/O)."""
+"""Mapping OTLP exports: metrics to points (run ids, steps, labels, histograms), configs
+log records to reports and other log records to log lines (pure, no I/O)."""
 
 import math
 from datetime import UTC, datetime
@@ -21,7 +21,21 @@ from ingestion.otlp.otlp_messages import (
     sdk_export,
     total,
 )
-from mldiag_ingestion.otlp.service import json_value, map_export, map_logs, python_literal
+from mldiag_ingestion.otlp.service import (
+    json_value,
+    log_writes,
+    map_export,
+    map_logs,
+    python_literal,
+    severity,
+)
+from mldiag_schemas.logs import (
+    MAX_LOG_LINE_CHARS,
+    MAX_LOG_LINES_PER_REQUEST,
+    LogLine,
+    LogSeverity,
+    LogStream,
+)
 
 RUN = "3f6c1a52-0b7e-4d4e-9a51-6f1f0c6a2b11"
 RECEIVED = datetime(2026, 12, 3, tzinfo=UTC)
@@ -133,7 +147,7 @@ def test_the_official_sdk_configs_record_gets_its_types_back() -> None:
     }
     mapped = map_logs(sdk_configs_export(RUN, user), RECEIVED)
     [report] = mapped.reports
-    assert (report.run_id, mapped.ignored, mapped.rejected.rejected) == (RUN, 0, 0)
+    assert (report.run_id, mapped.lines, mapped.rejected.rejected) == (RUN, {}, 0)
     assert report.configs.user_configs == {
         **user,
         "optimizer": {"name": "adam", "betas": [0.9, 0.99]},
@@ -156,17 +170,73 @@ def test_software_and_hardware_sections_and_the_run_from_node_id() -> None:
     assert report.configs.hardware_configs == {"device_count": 8}
 
 
-def test_other_log_records_are_ignored_and_bad_configs_rejected() -> None:
+def test_other_log_records_are_lines_and_bad_configs_rejected() -> None:
     request = logs_export(
-        log_record("training started", severity="INFO"),
+        log_record("training started", node_id=RUN),
         log_record({"userConfigs": {"lr": 1}}, namespace="mlrun_configs"),  # no run
         log_record("not a map", namespace="mlrun_configs", node_id=RUN),
         log_record({"lr": 1}, namespace="mlrun_configs", node_id=RUN),  # no section
+        log_record("a line of no run"),
     )
     mapped = map_logs(request, RECEIVED)
-    assert (mapped.reports, mapped.ignored, mapped.rejected.rejected) == ([], 1, 3)
+    assert (mapped.reports, mapped.line_count(), mapped.rejected.rejected) == ([], 1, 4)
     assert "not a valid run id" in mapped.rejected.problems[0]
     assert "userConfigs" in mapped.rejected.problems[1]
+    assert "log record: '' is not a valid run id" in mapped.rejected.problems[2]
+
+
+def test_a_log_record_becomes_a_line_of_its_run() -> None:
+    plain = log_record("step 10 loss 0.5\n", node_id=RUN)
+    plain.severity_number = 9
+    structured = log_record({"event": "oom", "bytes": 12}, time=0)
+    structured.observed_time_unix_nano = T0 + 5_000
+    structured.severity_number = 17
+    request = logs_export(
+        plain, structured, **{"host.name": "worker-0", "mldiag.run_id": RUN, "process.pid": 42}
+    )
+    [first, second] = map_logs(request, RECEIVED).lines[RUN]
+    assert first == LogLine(
+        time=datetime.fromtimestamp(T0 / 1e9, UTC),
+        host="worker-0",
+        stream=LogStream.OTLP,
+        severity=LogSeverity.INFO,
+        text="step 10 loss 0.5",
+        pid=42,
+    )
+    assert (second.text, second.severity) == ('{"event":"oom","bytes":12}', LogSeverity.ERROR)
+    assert second.time == datetime.fromtimestamp((T0 + 5_000) / 1e9, UTC)  # observed time
+
+
+def test_without_any_time_a_line_is_stamped_on_receipt_and_the_sdk_host_is_no_host() -> None:
+    request = logs_export(log_record("hello", time=0), **{"host.name": RUN})
+    [line] = map_logs(request, RECEIVED).lines[RUN]
+    assert (line.time, line.host, line.severity) == (RECEIVED, "", LogSeverity.DEFAULT)
+
+
+def test_long_bodies_are_cut_with_a_mark_and_nul_is_replaced() -> None:
+    records = [log_record("x" * (MAX_LOG_LINE_CHARS + 10)), log_record("a\x00b")]
+    long, nul = map_logs(logs_export(*records, node_id=RUN), RECEIVED).lines[RUN]
+    assert len(long.text) == MAX_LOG_LINE_CHARS and long.text.endswith("x…")
+    assert nul.text == "a\ufffdb"
+
+
+def test_severity_numbers() -> None:
+    assert [severity(n) for n in (0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24)] == [
+        LogSeverity.DEFAULT,
+        *[LogSeverity.DEBUG] * 4,
+        *[LogSeverity.INFO] * 2,
+        *[LogSeverity.WARNING] * 2,
+        *[LogSeverity.ERROR] * 2,
+        *[LogSeverity.CRITICAL] * 2,
+    ]
+
+
+def test_a_run_s_lines_split_into_writes_whose_ids_a_retry_repeats() -> None:
+    lines = [LogLine(time=RECEIVED, text=f"line {i}") for i in range(MAX_LOG_LINES_PER_REQUEST + 1)]
+    writes = log_writes(RUN, lines)
+    assert [len(write.lines) for write in writes] == [MAX_LOG_LINES_PER_REQUEST, 1]
+    assert [w.batch_id for w in log_writes(RUN, lines)] == [w.batch_id for w in writes]
+    assert log_writes(RUN, lines[:1])[0].batch_id != log_writes(RUN, lines[1:2])[0].batch_id
 
 
 def test_otlp_values_become_json() -> None:

@@ -33,7 +33,8 @@ from ingestion.otlp.otlp_messages import (
 from mldiag_ingestion.app import create_app
 from mldiag_ingestion.settings import IngestionSettings
 from mldiag_platform.settings import NatsSettings
-from mldiag_schemas.bus import CONFIGS_RECEIVED, METRICS_RECEIVED
+from mldiag_schemas.bus import CONFIGS_RECEIVED, LOGS_RECEIVED, METRICS_RECEIVED
+from mldiag_schemas.logs import LogLinesReceived, LogSeverity, LogStream
 from mldiag_schemas.runs import RunConfigsReported
 from mldiag_schemas.telemetry import MetricPointsReceived
 from support import read_messages, serving
@@ -257,7 +258,7 @@ async def test_the_otlp_http_port_takes_metrics_and_logs(
         request = logs_export(
             log_record({"userConfigs": {"lr": 0.1}}, namespace="mlrun_configs", node_id=RUN),
             log_record({"userConfigs": {"lr": 0.1}}, namespace="mlrun_configs"),  # no run
-            log_record("an ordinary log line"),
+            log_record("an ordinary log line", node_id=RUN),
         )
         logs = await otlp.post("/v1/logs", content=request.SerializeToString())
         assert logs.status_code == 200, logs.text
@@ -268,6 +269,39 @@ async def test_the_otlp_http_port_takes_metrics_and_logs(
         assert (await otlp.get("/healthz")).status_code == 200
     assert [(run, name) for run, name, *_ in await _points(nats_settings)] == [(RUN, "loss")]
     assert await _configs(nats_settings) == [(RUN, {"lr": 0.1})]
+    assert await _lines(nats_settings) == [(RUN, "an ordinary log line")]
+
+
+async def _lines(settings: NatsSettings) -> list[tuple[str, str]]:
+    messages = await read_messages(settings, LOGS_RECEIVED, LogLinesReceived)
+    return [(message.run_id, line.text) for message in messages for line in message.lines]
+
+
+async def test_log_records_over_grpc_are_lines_of_their_runs_stored_once(
+    receiver: Receiver, nats_settings: NatsSettings
+) -> None:
+    other = "7d0e2b63-1c8f-4e5a-8b62-0a2b1d7b3c22"
+    warning = log_record("disk almost full", node_id=other)
+    warning.severity_number = 13
+    request = logs_export(
+        log_record("epoch 1", T0),
+        warning,
+        log_record("epoch 2", T0 + 1),
+        **{"mldiag.run_id": RUN, "host.name": "worker-3"},
+    )
+    response = await receiver.export_logs(request)
+    assert not response.HasField("partial_success")
+    await receiver.export_logs(request)  # retried by the exporter: stored once
+    messages = await read_messages(nats_settings, LOGS_RECEIVED, LogLinesReceived)
+    by_run = {message.run_id: message.lines for message in messages}
+    assert len(messages) == 2
+    assert [line.text for line in by_run[RUN]] == ["epoch 1", "epoch 2"]
+    [line] = by_run[other]
+    assert (line.severity, line.stream, line.host) == (
+        LogSeverity.WARNING,
+        LogStream.OTLP,
+        "worker-3",
+    )
 
 
 async def test_logs_exports_need_a_token_that_may_write_configs(

@@ -67,3 +67,16 @@ class InvalidSignal(InvalidArgument):
     """The lifecycle signal does not parse or violates the contract."""
 
     code = "invalid_signal"
+
+
+class InvalidLogs(InvalidArgument):
+    """A log write does not parse, or one of its lines breaks the contract (the message
+    names the line)."""
+
+    code = "invalid_logs"
+
+
+class TooManyLogLines(PayloadTooLarge):
+    """More lines, or more bytes of text, in one log write than allowed."""
+
+    code = "too_many_log_lines"

@@ -14,8 +14,10 @@ from mldiag_ingestion.errors import (
     InvalidBatch,
     InvalidHeartbeat,
     InvalidLabels,
+    InvalidLogs,
     InvalidMetricName,
     InvalidSignal,
+    TooManyLogLines,
     UnsupportedEncoding,
 )
 from mldiag_ingestion.service import IngestionService, refuse_if_nothing_accepted
@@ -27,6 +29,7 @@ from mldiag_schemas import bus
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.errors import ErrorBody
 from mldiag_schemas.ids import is_resource_id
+from mldiag_schemas.logs import MAX_LOG_LINES_PER_REQUEST, WriteLogsRequest, WriteLogsResponse
 from mldiag_schemas.telemetry import (
     HeartbeatRequest,
     IngestMetrics,
@@ -117,6 +120,49 @@ async def _write_metrics(request: Request, run_id: str) -> Response:
     result = await service.write_metrics(run_id, write, datetime.now(UTC))
     refuse_if_nothing_accepted(result)
     return ContractResponse(result, status_code=202)
+
+
+@_post(RUN_PATH + "/logs:write", 202, WriteLogsRequest, WriteLogsResponse)
+async def write_logs(request: Request, project: str, location: str, run_id: str) -> Response:
+    """Accept a batch of log lines; 202 once JetStream has stored all of them."""
+    _check_parent(project, location)
+    return await _write_logs(request, run_id)
+
+
+@_post(SHORT_RUN_PATH + "/logs:write", 202, WriteLogsRequest, WriteLogsResponse)
+async def write_logs_short(request: Request, run_id: str) -> Response:
+    """Accept a batch of log lines (run in the default project and location)."""
+    return await _write_logs(request, run_id)
+
+
+async def _write_logs(request: Request, run_id: str) -> Response:
+    service: IngestionService = request.app.state.service
+    limit: int = request.app.state.settings.max_request_bytes
+    write = _parse_logs(await _read_body(request, limit))
+    result = await service.write_logs(run_id, write, datetime.now(UTC))
+    return ContractResponse(result, status_code=202)
+
+
+def _parse_logs(raw: bytes) -> WriteLogsRequest:
+    """Validate a log write; a refusal names the first line at fault (``lines.<i>``)."""
+    try:
+        return parse_body(WriteLogsRequest, raw, InvalidLogs)
+    except InvalidLogs as exc:
+        first = exc.details[0] if exc.details else {}
+        field = str(first.get("field", ""))
+        problem = str(first.get("problem", exc.message))
+        parts = field.split(".")
+        if parts == ["lines"] and "at most" in problem:
+            raise TooManyLogLines(
+                f"more than {MAX_LOG_LINES_PER_REQUEST} lines in one request: split it",
+                details=exc.details,
+            ) from None
+        if len(parts) >= 2 and parts[0] == "lines" and parts[1].isdigit():
+            where = f"line {parts[1]}" + (f" ({'.'.join(parts[2:])})" if parts[2:] else "")
+            raise InvalidLogs(f"{where}: {problem}", details=exc.details) from None
+        if field:
+            raise InvalidLogs(f"{field}: {problem}", details=exc.details) from None
+        raise
 
 
 @_post(RUN_PATH + ":heartbeat", 204, HeartbeatRequest)

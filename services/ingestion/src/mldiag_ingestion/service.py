@@ -11,15 +11,25 @@ from pydantic_core import TzInfo
 from mldiag_ingestion.errors import (
     InvalidBatch,
     InvalidLabels,
+    InvalidLogs,
     InvalidMetricName,
     InvalidRunId,
     TimestampInFuture,
     TooManyLabelValues,
+    TooManyLogLines,
     TooManyPoints,
 )
 from mldiag_platform.bus import MessagePublisher
 from mldiag_platform.errors import InvalidArgument
-from mldiag_schemas.ids import derived_id, is_run_id
+from mldiag_schemas.ids import derived_id, has_nul, is_run_id
+from mldiag_schemas.logs import (
+    MAX_LOG_BYTES_PER_REQUEST,
+    MAX_LOG_LINES_PER_REQUEST,
+    LogLine,
+    LogLinesReceived,
+    WriteLogsRequest,
+    WriteLogsResponse,
+)
 from mldiag_schemas.telemetry import (
     MAX_FUTURE_SKEW,
     MAX_LABEL_SETS_PER_METRIC,
@@ -46,6 +56,11 @@ log = structlog.get_logger(__name__)
 CHUNK_ID_NAMESPACE = uuid.UUID("a4c1d7a2-6f0e-4a9b-8f43-9f2b8f1c3d10")
 HEARTBEAT_ID_NAMESPACE = uuid.UUID("5b0e2f1c-8d3a-4e7b-9c61-2a4f6d8e0b13")
 SIGNAL_ID_NAMESPACE = uuid.UUID("c3e8a1d4-2b7f-4f60-a9d5-7e1b3c5f8a21")
+LOG_CHUNK_ID_NAMESPACE = uuid.UUID("6d2b9e4f-1a7c-4e35-8b0d-3f5a7c9e1b24")
+MAX_LOG_MESSAGE_BYTES = 768 * 1024
+"""The most JSON one :class:`LogLinesReceived` may hold: below NATS's default 1 MiB
+``max_payload`` with room for headers. A batch that serialises larger (4 MB of text is
+allowed) is published in chunks."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -195,6 +210,44 @@ class IngestionService:
         await self._publisher.publish_many([reported])
         return reported
 
+    async def write_logs(
+        self, run_id: str, request: WriteLogsRequest, received_at: datetime
+    ) -> WriteLogsResponse:
+        """Publish a batch of log lines; return once JetStream has stored all of them.
+
+        The batch is one :class:`LogLinesReceived` whose event id is the batch id, so a
+        retried request is dropped by JetStream's dedupe (and ignored downstream). A batch
+        too large for one bus message goes out in chunks with ids derived from the batch id
+        and the chunk's index, as stable across retries. Every line is checked before
+        anything is published: a refused request leaves nothing behind.
+        """
+        _check_run_id(run_id)
+        lines = request.lines
+        if len(lines) > MAX_LOG_LINES_PER_REQUEST:
+            raise TooManyLogLines(
+                f"{len(lines)} lines in one request; the limit is {MAX_LOG_LINES_PER_REQUEST}:"
+                " split it"
+            )
+        size = 0
+        for index, line in enumerate(lines):
+            if has_nul(line.text):  # PostgreSQL's text cannot hold NUL
+                raise InvalidLogs(
+                    f"line {index}: the text holds a NUL character (U+0000)",
+                    details=[{"field": f"lines.{index}.text", "problem": "holds NUL"}],
+                )
+            size += len(line.text.encode())
+        if size > MAX_LOG_BYTES_PER_REQUEST:
+            raise TooManyLogLines(
+                f"{size} bytes of text in one request; the limit is"
+                f" {MAX_LOG_BYTES_PER_REQUEST}: split it"
+            )
+        if lines and any(line.time.tzinfo is None for line in lines):
+            lines = [_utc_line(line) for line in lines]  # a naive client time is taken as UTC
+        batch_id = request.batch_id or uuid.uuid4()
+        if lines:
+            await self._publisher.publish_many(_log_messages(run_id, batch_id, lines, received_at))
+        return WriteLogsResponse(accepted=len(lines))
+
     def _client_time(self, what: str, sent: datetime | None, received_at: datetime) -> datetime:
         """A client's time of a heartbeat or signal (UTC if naive), or the time of receipt;
         one too far past receipt is a wrong clock, refused."""
@@ -326,6 +379,40 @@ def _check_run_id(run_id: str) -> None:
         raise InvalidRunId(
             f"invalid run id {run_id!r}: use lower-case letters, digits and '-' (max 63)"
         )
+
+
+def _utc_line(line: LogLine) -> LogLine:
+    if line.time.tzinfo is not None:
+        return line
+    return line.model_copy(update={"time": line.time.replace(tzinfo=UTC)})
+
+
+def _log_messages(
+    run_id: str, batch_id: uuid.UUID, lines: list[LogLine], received_at: datetime
+) -> list[LogLinesReceived]:
+    """The batch as one message, or as chunks when it is too large for one."""
+    whole = LogLinesReceived(event_id=batch_id, occurred_at=received_at, run_id=run_id, lines=lines)
+    if len(whole.model_dump_json()) <= MAX_LOG_MESSAGE_BYTES:
+        return [whole]
+    room = MAX_LOG_MESSAGE_BYTES - 1024  # the envelope's own fields
+    chunks: list[list[LogLine]] = [[]]
+    used = 0
+    for line in lines:
+        size = len(line.model_dump_json(by_alias=True)) + 1
+        if chunks[-1] and used + size > room:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(line)
+        used += size
+    return [
+        LogLinesReceived(
+            event_id=derived_id(LOG_CHUNK_ID_NAMESPACE, str(batch_id), str(index)),
+            occurred_at=received_at,
+            run_id=run_id,
+            lines=chunk,
+        )
+        for index, chunk in enumerate(chunks)
+    ]
 
 
 def _all_micros(times: list[datetime]) -> list[int]:

@@ -22,7 +22,7 @@ class IngestionSettings(BaseSettings):
     )
     otlp_enabled: bool = Field(
         default=True,
-        description="Serve the OTLP receiver (metrics, and configs as logs): gRPC on"
+        description="Serve the OTLP receiver (metrics; configs and log lines as logs): gRPC on"
         " `otlp_grpc_port`, OTLP/HTTP on `otlp_http_port` and on the HTTP port.",
     )
     otlp_grpc_port: int = Field(

@@ -3,7 +3,7 @@
 
 The only OTLP module that knows about gRPC or HTTP; every door answers only once JetStream
 has stored what it accepted. Each needs a token that may write what it carries (metrics, or
-configs for logs), in the ``authorization`` header or gRPC metadata
+configs for logs, which also carry log lines), in the ``authorization`` header or gRPC metadata
 (``OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer <token>``).
 """
 
@@ -152,7 +152,8 @@ async def export_metrics(request: Request, principal: _METRICS_WRITER) -> Respon
     responses=_OTLP_ERRORS,
 )
 async def export_logs(request: Request, principal: _LOGS_WRITER) -> Response:
-    """OTLP/HTTP logs (the official SDK's configs records) with protobuf bodies."""
+    """OTLP/HTTP logs with protobuf bodies: configs records (the official SDK's) and log
+    lines of runs."""
     return await _export_http(request, LOGS, principal)
 
 

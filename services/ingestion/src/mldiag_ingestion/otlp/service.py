@@ -16,13 +16,21 @@ Metric rules (see ``docs/otlp.md``):
 Log rules: a record whose attribute ``namespace`` is ``mlrun_configs`` carries configs: its
 body is a map with ``userConfigs`` (the official SDK), ``softwareConfigs`` and/or
 ``hardwareConfigs``, values kept typed. Its run is found like a metric's (record attribute
-``node_id``, then the resource). Other records are accepted and not stored. The official
-SDK turns every user config value into ``str(value)`` before sending; from its resource
-(``service.name=diagon_sdk_workload``) those strings are read back as the Python literals
-they spell (``"0.01"`` → 0.01, ``"{'name': 'adam'}"`` → a map); other strings stay strings.
+``node_id``, then the resource). The official SDK turns every user config value into
+``str(value)`` before sending; from its resource (``service.name=diagon_sdk_workload``)
+those strings are read back as the Python literals they spell (``"0.01"`` → 0.01,
+``"{'name': 'adam'}"`` → a map); other strings stay strings.
+
+Every other record is a log line of its run (found the same way), written like
+``logs:write`` writes them: its body as text (a structured body as compact JSON), cut to
+``MAX_LOG_LINE_CHARS`` with a trailing ``…``, NUL replaced by U+FFFD; its time (else its
+observed time, else the time of receipt); its severity number as a severity (1-8 DEBUG,
+9-12 INFO, 13-16 WARNING, 17-20 ERROR, 21-24 CRITICAL, 0 DEFAULT); the resource's
+``host.name`` as host (unless it is the run id) and ``process.pid`` as pid; stream OTLP.
 """
 
 import ast
+import hashlib
 import json
 import math
 import uuid
@@ -44,6 +52,15 @@ from mldiag_ingestion.service import IngestionService
 from mldiag_platform.bus import MessagePublisher
 from mldiag_platform.errors import InvalidArgument
 from mldiag_schemas.ids import derived_id, has_nul, is_run_id
+from mldiag_schemas.logs import (
+    MAX_LOG_BYTES_PER_REQUEST,
+    MAX_LOG_LINE_CHARS,
+    MAX_LOG_LINES_PER_REQUEST,
+    LogLine,
+    LogSeverity,
+    LogStream,
+    WriteLogsRequest,
+)
 from mldiag_schemas.runs import Configs, RunConfigsReported
 from mldiag_schemas.telemetry import MetricSeries, WriteMetricsRequest, from_unix_micros
 
@@ -62,6 +79,8 @@ _CONFIG_SECTIONS = ("userConfigs", "softwareConfigs", "hardwareConfigs")
 _CONFIGS_ID_NAMESPACE = uuid.UUID("0c8f5f0e-5d43-4c6a-b0a1-7e3c2f9d4a61")
 OFFICIAL_SDK_SERVICE = "diagon_sdk_workload"
 """The ``service.name`` of the official SDK's resource: its config values arrive as str()."""
+_OTLP_LOGS_ID_NAMESPACE = uuid.UUID("9a3e5c71-4f2d-4b8a-a6e0-1d7c3b5e9f42")
+_CUT = "…"
 _FLOAT_WORDS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 _LONGEST_LITERAL = 64 * 1024
 
@@ -225,30 +244,49 @@ def json_value(value: AnyValue) -> JsonValue:
 
 @dataclass
 class MappedLogs:
-    """An export's configs reports, and how many records were ignored or refused."""
+    """An export's configs reports, its other records as log lines by run, and how many
+    records were refused."""
 
     reports: list[RunConfigsReported] = field(default_factory=list)
-    ignored: int = 0
+    lines: dict[str, list[LogLine]] = field(default_factory=dict)
     rejected: MappedExport = field(default_factory=MappedExport)
+
+    def line_count(self) -> int:
+        """Log lines mapped, over every run."""
+        return sum(len(lines) for lines in self.lines.values())
 
 
 def map_logs(request: ExportLogsServiceRequest, received_at: datetime) -> MappedLogs:
-    """The configs records of an export as reports; other records are only counted."""
+    """The configs records of an export as reports, every other record as a log line."""
     mapped = MappedLogs()
     for resource_logs in request.resource_logs:
         resource = _attributes(resource_logs.resource.attributes)
         resource_run = next(
             (resource[key] for key in RESOURCE_RUN_ID_KEYS if resource.get(key)), ""
         )
+        host = resource.get("host.name", "")
+        if host == resource_run:
+            host = ""  # the official SDK's host.name is the run id, not a host
+        pid_text = resource.get("process.pid", "")
+        pid = int(pid_text) if pid_text.isascii() and pid_text.isdigit() else None
         stringified = resource.get("service.name") == OFFICIAL_SDK_SERVICE
         for scope_logs in resource_logs.scope_logs:
             for record in scope_logs.log_records:
                 attributes = _attributes(record.attributes)
-                if attributes.get("namespace") != CONFIGS_NAMESPACE:
-                    mapped.ignored += 1
-                    continue
                 run_id = attributes.get(RUN_ID_ATTRIBUTE) or resource_run
                 emitted = record.time_unix_nano or record.observed_time_unix_nano
+                if attributes.get("namespace") != CONFIGS_NAMESPACE:
+                    if not is_run_id(run_id):
+                        mapped.rejected.reject(
+                            1,
+                            f"log record: {run_id!r} is not a valid run id (set 'node_id' or"
+                            " the resource's 'mldiag.run_id' or 'host.name')",
+                        )
+                        continue
+                    line = log_line(record.body, record.severity_number, emitted, received_at)
+                    line = line.model_copy(update={"host": host[:253], "pid": pid})
+                    mapped.lines.setdefault(run_id, []).append(line)
+                    continue
                 body = json_value(record.body)
                 if stringified:
                     body = _restore_user_configs(body)
@@ -258,6 +296,69 @@ def map_logs(request: ExportLogsServiceRequest, received_at: datetime) -> Mapped
                 else:
                     mapped.reports.append(report)
     return mapped
+
+
+def log_line(
+    body: AnyValue, severity_number: int, emitted_unix_nano: int, received_at: datetime
+) -> LogLine:
+    """A log record's body, severity and time as a line (host and pid left to the caller)."""
+    if body.WhichOneof("value") == "string_value":
+        text = body.string_value.rstrip("\r\n")
+    elif body.WhichOneof("value") is None:
+        text = ""
+    else:
+        text = json.dumps(json_value(body), ensure_ascii=False, separators=(",", ":"))
+    if has_nul(text):  # no text column stores NUL; a lost line would be worse than a mark
+        text = text.replace("\x00", "\ufffd")
+    if len(text) > MAX_LOG_LINE_CHARS:
+        text = text[: MAX_LOG_LINE_CHARS - len(_CUT)] + _CUT
+    return LogLine(
+        time=from_unix_micros(emitted_unix_nano // 1000) if emitted_unix_nano else received_at,
+        stream=LogStream.OTLP,
+        severity=severity(severity_number),
+        text=text,
+    )
+
+
+def severity(number: int) -> LogSeverity:
+    """OTLP's severity number as a severity (TRACE counts as DEBUG, FATAL as CRITICAL)."""
+    if number <= 0:
+        return LogSeverity.DEFAULT
+    if number <= 8:
+        return LogSeverity.DEBUG
+    if number <= 12:
+        return LogSeverity.INFO
+    if number <= 16:
+        return LogSeverity.WARNING
+    if number <= 20:
+        return LogSeverity.ERROR
+    return LogSeverity.CRITICAL
+
+
+def log_writes(run_id: str, lines: list[LogLine]) -> list[WriteLogsRequest]:
+    """A run's lines from one export as writes within the request limits.
+
+    Each write's batch id derives from the run and its lines, so an export the exporter
+    retries publishes the same ids, which JetStream (and the registry) drop as duplicates.
+    """
+    writes: list[list[LogLine]] = [[]]
+    size = 0
+    for line in lines:
+        length = len(line.text.encode())
+        full = len(writes[-1]) >= MAX_LOG_LINES_PER_REQUEST
+        if writes[-1] and (full or size + length > MAX_LOG_BYTES_PER_REQUEST):
+            writes.append([])
+            size = 0
+        writes[-1].append(line)
+        size += length
+    requests = []
+    for chunk in writes:
+        digest = hashlib.sha256()
+        for line in chunk:
+            digest.update(line.model_dump_json().encode())
+        batch_id = derived_id(_OTLP_LOGS_ID_NAMESPACE, run_id, digest.hexdigest())
+        requests.append(WriteLogsRequest(batch_id=batch_id, lines=chunk))
+    return requests
 
 
 def _restore_user_configs(body: JsonValue) -> JsonValue:
@@ -429,21 +530,32 @@ class OtlpIngestion:
         received_at: datetime,
         admit_run: AdmitRun = _any_run,
     ) -> ExportResult:
-        """Publish the configs records of a logs export; answer once JetStream has them
-        (``admit_run`` as for :meth:`export`)."""
+        """Publish the configs records and log lines of a logs export, one log write per
+        run; answer once JetStream has them (``admit_run`` as for :meth:`export`)."""
         mapped = map_logs(request, received_at)
-        for run_id in sorted({report.run_id for report in mapped.reports}):
+        runs = sorted({report.run_id for report in mapped.reports} | set(mapped.lines))
+        for run_id in runs:
             admit_run(run_id)
         if mapped.reports:
             await self._publisher.publish_many(mapped.reports)
+        accepted = len(mapped.reports)
+        for run_id, lines in mapped.lines.items():
+            for write in log_writes(run_id, lines):
+                # Mapping already kept each line within the limits; a run that fails here
+                # would fail the same way on every retry, so it is reported, not retried.
+                try:
+                    result = await self._service.write_logs(run_id, write, received_at)
+                except InvalidArgument as exc:
+                    mapped.rejected.reject(len(write.lines), f"run {run_id!r}: {exc.message}")
+                    continue
+                accepted += result.accepted
         log.info(
             "otlp.logs_export",
-            runs=sorted({report.run_id for report in mapped.reports}),
+            runs=runs,
             configs=len(mapped.reports),
-            ignored=mapped.ignored,
+            lines=mapped.line_count(),
             rejected=mapped.rejected.rejected,
         )
-        accepted = len(mapped.reports) + mapped.ignored
         problems = "; ".join(mapped.rejected.problems)
         return ExportResult(accepted, mapped.rejected.rejected, problems)
 
