@@ -1,0 +1,1 @@
+"""SQL migrations of the notifier (runs read model, channels, rules, deliveries)."""
