@@ -41,6 +41,7 @@ COPY services/analyzer/pyproject.toml services/analyzer/
 COPY services/xprof-provisioner/pyproject.toml services/xprof-provisioner/
 COPY services/training/pyproject.toml services/training/
 COPY services/executor/pyproject.toml services/executor/
+COPY services/notifier/pyproject.toml services/notifier/
 
 # The embedded NATS and PostgreSQL binaries (mldiag[server], for `mldiag up`) have no use in
 # a container: compose runs the real servers.
@@ -59,6 +60,7 @@ COPY services/analyzer/src services/analyzer/src
 COPY services/xprof-provisioner/src services/xprof-provisioner/src
 COPY services/training/src services/training/src
 COPY services/executor/src services/executor/src
+COPY services/notifier/src services/notifier/src
 
 # Non-editable: the workspace packages (with their SQL migrations) land in site-packages, so
 # the running image does not depend on the source tree's layout.

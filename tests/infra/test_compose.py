@@ -54,6 +54,7 @@ PLATFORM = (
     Platform("xprof-provisioner", "mldiag_xprof_provisioner", "MLDIAG_XPROF_PROVISIONER_", 8084),
     Platform("training", "mldiag_training", "MLDIAG_TRAINING_", 8085),
     Platform("executor", "mldiag_executor", "MLDIAG_EXECUTOR_", 8086),
+    Platform("notifier", "mldiag_notifier", "MLDIAG_NOTIFIER_", 8087),
 )
 """The services on the bus (each with its own NATS user)."""
 EDGE = Platform("edge", "mldiag_platform.edge", "MLDIAG_EDGE_", 8080)
@@ -454,7 +455,9 @@ def test_database_url_points_at_the_postgres_container(
         assert f"PASSWORD '{parsed.password}'" in roles_sql
         assert service["depends_on"]["postgres-roles"]
         assert parsed.path.lstrip("/") == server["POSTGRES_DB"]
-    assert users == 3, "run-registry, event-detector and training keep tables in PostgreSQL"
+    assert users == 4, (
+        "run-registry, event-detector, training and notifier keep tables in PostgreSQL"
+    )
 
 
 def test_postgres_takes_passwords_and_postgres_roles_runs_the_generated_sql(
@@ -664,6 +667,8 @@ def test_links_people_open_use_the_one_base_url(services: dict[str, dict[str, An
     training = _environment(services["training"])
     assert registry["MLDIAG_RUN_REGISTRY_XPROF_URL"] == "http://localhost:8080"
     assert provisioner["MLDIAG_XPROF_PROVISIONER_PUBLIC_URL"] == "http://localhost:8080"
+    notifier = _environment(services["notifier"])
+    assert notifier["MLDIAG_NOTIFIER_PUBLIC_URL"] == "http://localhost:8080"
     # Replicas run in the executor's container and reach the edge by its service name.
     assert training["MLDIAG_TRAINING_PUBLIC_API_URL"] == "http://edge:8080"
 
