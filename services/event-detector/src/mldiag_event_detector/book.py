@@ -8,9 +8,10 @@ long event is a handful of messages, not one per metric point.
 Slowdowns (:data:`~mldiag_schemas.monitoring.SLOWDOWN_RULES`) must also be material: their
 condition is first a *pending* deviation, which opens an event only once it has lasted and
 cost enough (the rule's ``MATERIALITY`` thresholds, scaled by the run's step), dated from
-the deviation's start; a pending deviation that clears leaves no event. An open slowdown
-resolves only after it has stayed clear for ``resolveSteps``/``resolveSeconds``; a relapse
-sooner continues it. So one slowdown is one event, however its windows fluctuate.
+the deviation's start; a deviation that clears and stays clear for ``resolveSteps`` /
+``resolveSeconds`` is over: pending, it leaves no event; open, its event resolves as of when
+it cleared. A relapse sooner continues it, and the clear spell counts neither as lasting nor
+as lost. So one slowdown is one event, however its windows fluctuate.
 """
 
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from datetime import datetime, timedelta
 
 from pydantic import JsonValue
 
-from mldiag_event_detector.state import RunState
+from mldiag_event_detector.state import Deviation, RunState
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.events import (
     EVENT_ID_NAMESPACE,
@@ -107,13 +108,20 @@ class EventBook:
         return key in self.state.open_events
 
     def since(self, key: str) -> datetime | None:
-        """When the condition under ``key`` started: its open event's start, else its pending
-        deviation's (time lost counts from there)."""
+        """When the condition under ``key`` started: its deviation's start (a slowdown), else
+        its open event's."""
+        deviation = self.state.deviations.get(key)
+        if deviation is not None:
+            return deviation.start
         event = self.state.open_events.get(key)
-        return event.start_time if event is not None else self.state.pending.get(key)
+        return event.start_time if event is not None else None
 
     def elapsed(self, key: str, now: datetime) -> float:
-        """Seconds since the condition under ``key`` started (0 when it does not hold)."""
+        """Seconds the condition under ``key`` has held (a slowdown's clear spells left out;
+        time lost is computed from this)."""
+        deviation = self.state.deviations.get(key)
+        if deviation is not None:
+            return deviation.held_seconds(now)
         start = self.since(key)
         return max((now - start).total_seconds(), 0.0) if start is not None else 0.0
 
@@ -125,16 +133,15 @@ class EventBook:
         as it stands (None while pending, or when the run's end already closed it).
         """
         current = self.state.open_events.get(finding.key)
-        self.state.settling.pop(finding.key, None)  # a relapse continues the same event
-        if current is None:
-            if not self.state.active and finding.key in self.state.ended_keys:
-                return None  # the run's end closed it; telemetry that lags behind is no news
-            if finding.rule in SLOWDOWN_RULES:
-                start = self.state.pending.setdefault(finding.key, min(finding.start_time, now))
-                if not self._material(finding, start, now):
+        if current is None and not self.state.active and finding.key in self.state.ended_keys:
+            return None  # the run's end closed it; telemetry that lags behind is no news
+        if finding.rule in SLOWDOWN_RULES:
+            deviation = self._deviation(finding, current, now)
+            if current is None:
+                if not self._material(finding, deviation, now):
                     return None
-                del self.state.pending[finding.key]
-                finding.start_time = start
+                finding.start_time = deviation.start
+        if current is None:
             return self._open(finding, now)
         grew = finding.time_lost_seconds - current.time_lost_seconds
         changed = (
@@ -171,25 +178,26 @@ class EventBook:
     ) -> WorkloadEvent | None:
         """The condition no longer holds: resolve the open event, if any.
 
-        A pending slowdown is forgotten (it never was an event). An open slowdown resolves
-        once it has stayed clear for its ``resolve`` thresholds, dated from when it cleared;
-        ``settle=False`` resolves it now (the run ended). Returns the resolved event.
+        A slowdown's deviation is over once it has stayed clear for the rule's ``resolve``
+        thresholds: a pending one is forgotten (it never was an event), an open one resolves
+        as of when it cleared. ``settle=False`` ends it now (the run ended). Returns the
+        resolved event.
         """
-        self.state.pending.pop(key, None)
         current = self.state.open_events.get(key)
-        if current is None:
-            self.state.settling.pop(key, None)
-            return None
         end = now
-        if settle and current.rule in SLOWDOWN_RULES:
-            cleared = self.state.settling.setdefault(key, now)
+        deviation = self.state.deviations.get(key)
+        if deviation is not None:
+            if deviation.cleared_at is None:
+                deviation.cleared_at = now
             wait = self.policy.scaled(
-                RuleName(current.rule), "resolveSteps", "resolveSeconds", self._step_seconds()
+                RuleName(deviation.rule), "resolveSteps", "resolveSeconds", self._step_seconds()
             )
-            if (now - cleared).total_seconds() < wait:
+            if settle and (now - deviation.cleared_at).total_seconds() < wait:
                 return None
-            end = cleared
-        self.state.settling.pop(key, None)
+            end = deviation.cleared_at
+            del self.state.deviations[key]
+        if current is None:
+            return None
         del self.state.open_events[key]
         evidence = current.evidence
         if facts:
@@ -210,7 +218,9 @@ class EventBook:
 
     def clear_all(self, now: datetime) -> None:
         """The run ended: nothing of it is still happening."""
-        self.state.pending.clear()
+        for key in list(self.state.deviations):
+            if key not in self.state.open_events:
+                del self.state.deviations[key]
         for key in list(self.state.open_events):
             self.clear(key, now, facts={"resolvedBy": "run ended"}, settle=False)
             if key not in self.state.ended_keys:
@@ -256,10 +266,26 @@ class EventBook:
     def _step_seconds(self) -> float:
         return self.state.baseline_step_seconds() or 0.0
 
-    def _material(self, finding: Finding, start: datetime, now: datetime) -> bool:
+    def _deviation(
+        self, finding: Finding, current: WorkloadEvent | None, now: datetime
+    ) -> Deviation:
+        """The slowdown's deviation, begun now (or with its open event), or resumed."""
+        deviation = self.state.deviations.get(finding.key)
+        if deviation is None:
+            start = current.start_time if current is not None else min(finding.start_time, now)
+            deviation = self.state.deviations[finding.key] = Deviation(
+                rule=finding.rule.value, start=start
+            )
+        elif deviation.cleared_at is not None:
+            # A relapse before it was over: the same deviation (the same event, if open).
+            deviation.gap_seconds += max((now - deviation.cleared_at).total_seconds(), 0.0)
+            deviation.cleared_at = None
+        return deviation
+
+    def _material(self, finding: Finding, deviation: Deviation, now: datetime) -> bool:
         """Whether a pending slowdown has lasted and cost enough to be an event."""
         step = self._step_seconds()
-        lasted = (now - start).total_seconds()
+        lasted = deviation.held_seconds(now)
         return lasted >= self.policy.scaled(
             finding.rule, "minDurationSteps", "minDurationSeconds", step
         ) and finding.time_lost_seconds >= self.policy.scaled(

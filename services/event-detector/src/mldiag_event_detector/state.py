@@ -222,6 +222,23 @@ class Compile(State):
     seconds: float
 
 
+class Deviation(State):
+    """A slowdown rule's condition, from when it began to hold until it has stayed clear
+    long enough to be over."""
+
+    rule: str
+    start: datetime
+    cleared_at: datetime | None = None
+    """Since when the condition has been clear (None while it holds)."""
+    gap_seconds: float = 0.0
+    """Time clear between ``start`` and the latest relapse: not counted as lasting or lost."""
+
+    def held_seconds(self, now: datetime) -> float:
+        """How long the condition has held since it began (clear spells left out)."""
+        until = self.cleared_at or now
+        return max((until - self.start).total_seconds() - self.gap_seconds, 0.0)
+
+
 class Excerpt(State):
     """Telling log lines of one process (a traceback, an OOM message, …), as kept."""
 
@@ -265,11 +282,8 @@ class RunState(State):
     """By rule key (``hang``, ``straggler:host-3``, ``loss-spike:loss|h0`` …)."""
     occurrences: dict[str, int] = Field(default_factory=dict)
     """How many events each rule key has opened (part of the next one's id)."""
-    pending: dict[str, datetime] = Field(default_factory=dict)
-    """Slowdowns not yet material, by rule key: when the deviation started."""
-    settling: dict[str, datetime] = Field(default_factory=dict)
-    """Open slowdowns whose condition cleared, by rule key: since when (a relapse before
-    they resolve continues them)."""
+    deviations: dict[str, Deviation] = Field(default_factory=dict)
+    """Slowdowns by rule key: pending (not yet material, no open event) or open."""
     recent_events: list[WorkloadEvent] = Field(default_factory=list)
     """Events resolved in the last minutes (evidence arriving late still reaches them)."""
     excerpts: list[Excerpt] = Field(default_factory=list)
