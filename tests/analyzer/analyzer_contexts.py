@@ -7,16 +7,19 @@ from mldiag_analyzer.analyzers import Analyzer, Inputs
 from mldiag_schemas.analyses import Analysis, AnalyzerReport, DetectionState
 from mldiag_schemas.events import (
     EVENT_ID_NAMESPACE,
+    Contention,
     EventState,
     EventType,
     Evidence,
     HostSnapshot,
     MetricWindow,
+    ProcessShare,
     RunContext,
     Severity,
     WorkloadEvent,
 )
 from mldiag_schemas.ids import derived_id
+from mldiag_schemas.logs import LogExcerpt
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 RUNBOOKS = "docs/runbooks/"
@@ -45,6 +48,60 @@ def host(name: str, **fields: Any) -> HostSnapshot:
     }
     values.update(fields)
     return HostSnapshot(**values)
+
+
+def quiet(**fields: Any) -> Contention:
+    """A host where the run has its CPUs, disks and memory to itself (its baseline: 45% of
+    the host for the run, 3% for everything else); ``fields`` change what differs."""
+    values: dict[str, Any] = {
+        "cpu_user_percent": 44.0,
+        "cpu_system_percent": 4.0,
+        "cpu_iowait_percent": 0.5,
+        "cpu_steal_percent": 0.0,
+        "run_cpu_percent": 45.0,
+        "run_cpu_baseline_percent": 45.0,
+        "other_cpu_percent": 3.0,
+        "other_cpu_baseline_percent": 3.0,
+        "load_per_cpu": 0.5,
+        "swap_used_percent": 0.0,
+        "swap_io_bytes_per_second": 0.0,
+        "run_memory_rss_bytes": 8 * 2**30,
+        "run_memory_rss_baseline_bytes": 8 * 2**30,
+        "disk_busy_percent": 4.0,
+        "disk_read_bytes_per_second": 20 * 2**20,
+        "disk_write_bytes_per_second": 2 * 2**20,
+        "disk_bytes_per_second_baseline": 22 * 2**20,
+        "network_receive_bytes_per_second": 50 * 2**20,
+        "network_transmit_bytes_per_second": 50 * 2**20,
+        "top_processes": [ProcessShare(name="sshd", pid=812, cpu_percent=0.2, memory_percent=0.1)],
+        "pcie_bytes_per_second": 6 * 2**30,
+    }
+    values.update(fields)
+    return Contention(**values)
+
+
+STRESS = ProcessShare(name="python stress.py", pid=4242, cpu_percent=37.0, memory_percent=0.5)
+"""A neighbour burning six of sixteen cores."""
+
+
+def neighbour() -> Contention:
+    """Another process took 40% of the host (3% in the baseline): the run fell from 45% to
+    28% of the host, and the load is 1.6 per CPU."""
+    return quiet(
+        cpu_user_percent=66.0,
+        run_cpu_percent=28.0,
+        other_cpu_percent=40.0,
+        load_per_cpu=1.6,
+        top_processes=[
+            STRESS,
+            ProcessShare(name="gzip", pid=5150, cpu_percent=2.5, memory_percent=0.1),
+        ],
+    )
+
+
+def excerpt(kind: str, lines: list[str], host_: str = "host-1", seconds: int = 20) -> LogExcerpt:
+    """Log lines of ``host_`` written ``seconds`` before the context was captured."""
+    return LogExcerpt(kind=kind, host=host_, time=NOW - timedelta(seconds=seconds), lines=lines)
 
 
 def hosts(count: int = 4, /, **changes: dict[str, Any]) -> list[HostSnapshot]:

@@ -519,8 +519,12 @@ def workload_exception(inputs: Inputs) -> Finding:
             + (" and the run's logs hold none." if inputs.context else ".")
         )
     last_line = message.strip().splitlines()[-1] if message.strip() else ""
+    # What it said, for people: the fact's last line, else the traceback's message alone
+    # (its type is named already).
+    said = last_line
     if traceback is not None:
         error_type = error_type or traceback.error_type
+        said = said or traceback.message
         last_line = last_line or f"{traceback.error_type}: {traceback.message}".rstrip(": ")
         if traceback.excerpt.host:
             hosts = hosts | {traceback.excerpt.host}
@@ -528,8 +532,8 @@ def workload_exception(inputs: Inputs) -> Finding:
     if last_line:
         evidence.append(f"last line: {last_line[:300]}")
     details = f"The workload raised {error_type or 'an exception'}{on(hosts)}"
-    if last_line:
-        details += f": {last_line[:200]}"
+    if said:
+        details += f": {said[:200]}"
     if traceback is not None and traceback.frames:
         details += f" (in {traceback.frames[-1]})"
         evidence.append("last frames: " + " → ".join(traceback.frames))
@@ -539,8 +543,8 @@ def workload_exception(inputs: Inputs) -> Finding:
         EventType.TERMINATION: 0.85,
         EventType.HANG: 0.7,  # the crashed process leaves its peers waiting in a collective
     }.get(inputs.event.type, 0.6)
-    said = f"{error_type} {last_line}"
-    if _DEVICE_OOM_LOGGED.search(said) or COLLECTIVE_TIMEOUT.search(said):
+    raised = f"{error_type} {last_line}"
+    if _DEVICE_OOM_LOGGED.search(raised) or COLLECTIVE_TIMEOUT.search(raised):
         # The exception only carries a cause another analyzer names (an OOM, a timeout).
         details += " (it reports an out-of-memory error or a collective timeout: see those)"
         score = 0.6
