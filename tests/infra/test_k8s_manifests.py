@@ -65,7 +65,7 @@ NON_SETTINGS_ENV = {
 }
 # Services that keep more than one replica in production; the provisioner's XProf instances
 # live in its pod, so it runs one.
-SCALED_OUT = {"run-registry", "ingestion", "event-detector", "analyzer"}
+SCALED_OUT = {"run-registry", "ingestion", "event-detector", "analyzer", "notifier"}
 
 Object = dict[str, Any]
 
