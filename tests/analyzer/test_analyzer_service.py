@@ -14,16 +14,29 @@ from analyzer.analyzer_contexts import (
     event,
     hang,
     hosts,
+    neighbour,
     non_finite,
     report_of,
     straggler,
     termination,
 )
 from mldiag_analyzer.errors import NoAnalyzerForEvent
-from mldiag_analyzer.service import AnalyzerService, analyze, capture_message_id, capture_request
-from mldiag_schemas.analyses import AnalysisCompleted, AnalyzerReport, DetectionState
+from mldiag_analyzer.service import (
+    ANALYZER_VERSION,
+    AnalyzerService,
+    analyze,
+    capture_message_id,
+    capture_request,
+)
+from mldiag_schemas.analyses import (
+    ANALYSIS_ID_NAMESPACE,
+    AnalysisCompleted,
+    AnalyzerReport,
+    DetectionState,
+)
 from mldiag_schemas.envelope import Envelope
-from mldiag_schemas.events import EventType, WorkloadEventOpened
+from mldiag_schemas.events import EventType, WorkloadEventOpened, WorkloadEventUpdated
+from mldiag_schemas.ids import derived_id
 from mldiag_schemas.profiling import ProfileCaptureRequested
 
 
@@ -115,6 +128,25 @@ def test_time_lost_is_the_detectors_or_the_estimate() -> None:
 def test_analysis_id_is_stable_for_an_event() -> None:
     slowed, ctx = degradation()
     assert analyze(slowed, ctx, "", NOW).analysis_id == analyze(slowed, None, "x/", NOW).analysis_id
+    # the id analyses of opened events had before re-analysis existed: nothing stored changes
+    assert analyze(slowed, ctx, "", NOW).analysis_id == derived_id(
+        ANALYSIS_ID_NAMESPACE, str(slowed.event_id), ANALYZER_VERSION
+    )
+
+
+def test_each_revision_of_an_update_has_its_own_stable_analysis_id() -> None:
+    slowed, ctx = degradation()
+    opened = analyze(slowed, ctx, "", NOW).analysis_id
+    second = slowed.model_copy(update={"revision": 2})
+    third = slowed.model_copy(update={"revision": 3})
+    ids = {
+        analyze(second, ctx, "", NOW, reanalysis=True).analysis_id,
+        analyze(third, ctx, "", NOW, reanalysis=True).analysis_id,
+    }
+    assert len(ids) == 2
+    assert opened not in ids
+    later = NOW + timedelta(minutes=5)
+    assert analyze(second, None, "x/", later, reanalysis=True).analysis_id in ids
 
 
 def test_unknown_event_types_are_refused() -> None:
@@ -198,3 +230,38 @@ async def test_service_publishes_the_analysis_and_capture_together() -> None:
     # a redelivery publishes the very same message ids (JetStream drops them)
     await service.on_opened(openings)
     assert [m.event_id for m in recorder.calls[1]] == [m.event_id for m in published]
+
+
+async def test_an_update_with_context_is_analysed_again_without_a_second_capture() -> None:
+    recorder = _Recorder()
+    service = AnalyzerService(recorder, RUNBOOKS, clock=lambda: NOW)
+    slowed, quiet_ctx = degradation()
+    opened = await service.on_opened([WorkloadEventOpened(event=slowed, context=quiet_ctx)])
+    assert opened[0].probable_cause == ""
+    # the contention became visible after the event opened: the update brings it
+    revised = slowed.model_copy(update={"revision": 2})
+    contended = context(hosts(**{f"host_{i}": {"contention": neighbour()} for i in range(4)}))
+    updates = [
+        WorkloadEventUpdated(event=revised.model_copy(update={"revision": 3})),  # no context
+        WorkloadEventUpdated(event=revised, context=contended),
+    ]
+    [analysis] = await service.on_updated(updates)
+    assert analysis.event_id == slowed.event_id
+    assert analysis.probable_cause == "host-cpu-contention"
+    assert not analysis.capture_requested
+    assert analysis.analysis_id != opened[0].analysis_id
+    [published] = recorder.calls[1:]
+    assert [type(m) for m in published] == [AnalysisCompleted]
+    assert published[0].event_id == analysis.analysis_id
+    # redelivered: the same analysis under the same message id
+    [again] = await service.on_updated(updates)
+    assert again.analysis_id == analysis.analysis_id
+    assert recorder.calls[2][0].event_id == published[0].event_id
+
+
+async def test_updates_without_context_publish_nothing() -> None:
+    recorder = _Recorder()
+    service = AnalyzerService(recorder, RUNBOOKS, clock=lambda: NOW)
+    slowed, _ = degradation()
+    assert await service.on_updated([WorkloadEventUpdated(event=slowed)]) == []
+    assert recorder.calls == []
