@@ -55,6 +55,7 @@ def test_a_long_slowdown_opens_once_when_material_and_dated_from_its_start() -> 
     event = opened.event
     # The 5-step window's median turns slow at its third slow step: the deviation's start.
     assert event.start_time == received[step + 2]
+    assert event.update_time is not None
     lasted = (event.update_time - event.start_time).total_seconds()
     # 20 typical steps (1.01 s; more than minDurationSeconds=10) is the bar, not 5 s lost.
     assert 20 * 1.01 <= lasted < 20 * 1.01 + 2.0
@@ -138,6 +139,7 @@ def test_project_and_run_overrides_change_when_it_opens() -> None:
     assert event.thresholds["minDurationSeconds"] == 5.0
     # Lasting 5 s is now enough, but the default cost (5 steps' worth) is not met before
     # ~10 s at about half of each step lost.
+    assert event.update_time is not None
     assert 10.2 <= (event.update_time - event.start_time).total_seconds() <= 12.2
 
 

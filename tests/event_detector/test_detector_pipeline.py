@@ -19,14 +19,16 @@ from mldiag_schemas.events import (
     EventType,
     WorkloadEventOpened,
     WorkloadEventResolved,
+    WorkloadEventUpdated,
 )
+from mldiag_schemas.logs import LogLine, LogLinesReceived, LogStream
 from mldiag_schemas.monitoring import (
     MonitoringRules,
     MonitoringRulesChanged,
     RuleName,
     RuleOverride,
 )
-from mldiag_schemas.runs import Run, RunCreated, RunPhase, RunState
+from mldiag_schemas.runs import ErrorDetails, Run, RunCreated, RunPhase, RunPhaseChanged, RunState
 from mldiag_schemas.telemetry import MetricColumns, MetricPointsReceived, RunHeartbeat
 from support import read_messages, serving, wait_until
 
@@ -188,6 +190,65 @@ async def test_the_clock_finds_a_hang_with_project_rules_and_progress_resolves_i
         await publisher.publish(_points(run_id, [0.01], start=5, metric="step_time"))
         [resolved] = await wait_until(lambda: _resolved(nats_settings))
         assert resolved.event.event_id == hang.event.event_id
+    await _drop(database_settings, db_schema)
+
+
+async def test_a_late_traceback_updates_the_termination_once_despite_redelivery(
+    publisher: Publisher,
+    nats_settings: NatsSettings,
+    database_settings: DatabaseSettings,
+    db_schema: str,
+    settings: EventDetectorSettings,
+) -> None:
+    run_id = "run-crash"
+    now = datetime.now(UTC)
+    failed = _run_created(run_id).run.model_copy(
+        update={
+            "run_phase": RunPhase.FAILED,
+            "state": RunState.FAILED,
+            "error_details": ErrorDetails(message="exited with status 1"),
+        }
+    )
+    lines = [
+        LogLine(time=now, host="h0", pid=7, stream=LogStream.STDERR, text=text)
+        for text in (
+            "Traceback (most recent call last):",
+            '  File "/app/train.py", line 40, in train_step',
+            "    raise ValueError('bad batch')",
+            "ValueError: bad batch",
+        )
+    ]
+    late = LogLinesReceived(run_id=run_id, lines=lines)
+    async with serving(create_app(settings)):
+        await publisher.publish(_points(run_id, [1.0] * 5, metric="step_time"))
+        await publisher.publish(
+            RunPhaseChanged(run=failed, previous_phase=RunPhase.ACTIVE, occurred_at=now)
+        )
+        [opened] = await wait_until(lambda: _opened(nats_settings))
+        assert opened.event.type is EventType.TERMINATION
+        await publisher.publish(late)
+        await publisher.publish(late)  # a redelivered (or retried) batch: the same id
+        [updated] = await wait_until(
+            lambda: read_messages(nats_settings, bus.WORKLOAD_EVENT_UPDATED, WorkloadEventUpdated)
+        )
+        conn = await asyncpg.connect(database_settings.url)
+        try:
+            applied = f"SELECT count(*) FROM {db_schema}.applied_messages"
+            await wait_until(lambda: conn.fetchval(applied), accept=lambda n: n == 3)
+        finally:
+            await conn.close()
+        await asyncio.sleep(0.3)  # time for a double to show up, if there were one
+        assert (
+            len(
+                await read_messages(nats_settings, bus.WORKLOAD_EVENT_UPDATED, WorkloadEventUpdated)
+            )
+            == 1
+        )
+    assert updated.event.event_id == opened.event.event_id
+    assert updated.context is not None
+    [excerpt] = updated.context.log_excerpts
+    assert excerpt.kind == "traceback"
+    assert excerpt.lines[-1] == "ValueError: bad batch"
     await _drop(database_settings, db_schema)
 
 
