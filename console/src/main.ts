@@ -5,6 +5,7 @@ import "./styles.css";
 
 import { ApiError } from "./api";
 import { h, replace } from "./h";
+import { alertsPage } from "./pages/alerts";
 import { comparePage } from "./pages/compare";
 import { jobPage } from "./pages/job";
 import { jobsPage } from "./pages/jobs";
@@ -66,6 +67,7 @@ function renderTopbar(caller: Caller | null, shared: boolean): void {
           h("a", { href: "#/jobs", testid: "nav-jobs" }, "Jobs"),
           h("a", { href: "#/tuning", testid: "nav-tuning" }, "Tuning"),
           h("a", { href: "#/models", testid: "nav-models" }, "Models"),
+          h("a", { href: "#/alerts", testid: "nav-alerts" }, "Alerts"),
         )
       : null,
     h("span", { class: "spacer" }),
@@ -142,6 +144,9 @@ function route(): void {
       return;
     case "model":
       show({ el: modelPage(session, scope, next.modelId, next.query) }, `Model ${next.modelId}`);
+      return;
+    case "alerts":
+      show({ el: alertsPage(session, scope) }, "Alerts");
       return;
     case "notfound":
       show({ el: h("div", { class: "page" }, empty(`Nothing at #/${next.path}.`), h("a", { href: "#/runs" }, "← Runs")) }, "Not found");

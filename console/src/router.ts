@@ -1,7 +1,8 @@
 // Hash routes: #/runs, #/runs/<id>[/<tab>], #/compare?runs=a,b, #/share/<token>[/<tab>],
 // #/jobs[?project=&location=], #/jobs/<id>[?project=&location=&replica=],
 // #/tuning[?project=&location=], #/tuning/<id>[?project=&location=&metric=],
-// #/models[?project=&location=], #/models/<id>[?project=&location=&version=].
+// #/models[?project=&location=], #/models/<id>[?project=&location=&version=], #/alerts.
+// #/runs/<id>/events/<event id> is the events tab with that event picked (notifications link so).
 
 export const TABS = ["overview", "metrics", "configs", "events", "profiles"] as const;
 export type Tab = (typeof TABS)[number];
@@ -18,6 +19,7 @@ export type Route =
   | { page: "study"; jobId: string; query: URLSearchParams }
   | { page: "models"; query: URLSearchParams }
   | { page: "model"; modelId: string; query: URLSearchParams }
+  | { page: "alerts" }
   | { page: "notfound"; path: string };
 
 export function parseHash(hash: string): Route {
@@ -31,6 +33,10 @@ export function parseHash(hash: string): Route {
   const [first, second, third] = parts;
   if (first === undefined || (first === "runs" && second === undefined)) return { page: "runs", query };
   if (first === "signin") return { page: "signin" };
+  if (first === "runs" && second !== undefined && third === "events" && parts.length === 4) {
+    query.set("event", parts[3] ?? "");
+    return { page: "run", runId: second, tab: "events", query };
+  }
   if (first === "runs" && second !== undefined && parts.length <= 3) {
     const t = tab(third);
     if (t) return { page: "run", runId: second, tab: t, query };
@@ -45,6 +51,7 @@ export function parseHash(hash: string): Route {
   if (first === "tuning" && second !== undefined && parts.length === 2) return { page: "study", jobId: second, query };
   if (first === "models" && second === undefined) return { page: "models", query };
   if (first === "models" && second !== undefined && parts.length === 2) return { page: "model", modelId: second, query };
+  if (first === "alerts" && second === undefined) return { page: "alerts" };
   if (first === "share" && second !== undefined && parts.length <= 3) {
     const t = tab(third);
     if (t) return { page: "share", token: second, tab: t, query };

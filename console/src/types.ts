@@ -282,3 +282,62 @@ export interface RunUpdate {
   kind: UpdateKind;
   metrics?: string[];
 }
+
+// Alerts (the notifier, behind the one base URL): mldiag_schemas.alerts.
+
+export type ChannelKind = "WEBHOOK" | "SLACK" | "EMAIL" | "ALERTMANAGER" | "APPRISE";
+export type DeliveryState = "PENDING" | "RETRYING" | "DELIVERED" | "SUPPRESSED" | "DEAD";
+export type NotificationKind = "OPENED" | "RESOLVED" | "TEST";
+
+export interface NotificationChannel {
+  name: string;
+  channelId: string;
+  displayName: string;
+  kind: ChannelKind;
+  config: Record<string, string>;
+  /** Write only: always empty in answers (see secretKeys). */
+  secrets: Record<string, string>;
+  secretKeys: string[];
+  enabled: boolean;
+  createTime: string | null;
+  updateTime: string | null;
+}
+
+export interface AlertRule {
+  name: string;
+  ruleId: string;
+  displayName: string;
+  enabled: boolean;
+  eventTypes: string[];
+  minSeverity: string;
+  runSets: string[];
+  labels: Record<string, string>;
+  channels: string[];
+  notifyOnResolve: boolean;
+  groupWindowSeconds: number;
+  maxPerHour: number;
+  createTime: string | null;
+  updateTime: string | null;
+}
+
+export interface NotificationDelivery {
+  name: string;
+  deliveryId: string;
+  channel: string;
+  rule: string;
+  kind: NotificationKind;
+  runId: string;
+  eventId: string | null;
+  state: DeliveryState;
+  attempts: number;
+  lastError: string;
+  createTime: string;
+  nextAttemptTime: string | null;
+  deliverTime: string | null;
+}
+
+export interface TestChannelResponse {
+  delivered: boolean;
+  error: string;
+  delivery: NotificationDelivery | null;
+}

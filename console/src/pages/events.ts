@@ -14,6 +14,7 @@ import { eventResource, shareButton } from "../share";
 import { Throttle } from "../throttle";
 import type { Analysis, AnalyzerReport, DownsampleMetricResponse, MetricSummary, ProfilerSession, WorkloadEvent } from "../types";
 import { empty, errorBox, facts, kv, loading, severityBadge } from "../ui";
+import { eventDeliveries } from "./alerts";
 import { runPath, tabHref, type RunView } from "./run";
 
 export const SEVERITY_COLORS: Record<string, string> = {
@@ -216,13 +217,25 @@ export function eventsTab(view: RunView, scope: Scope, query: URLSearchParams): 
     );
   }
 
+  let notifications: { eventId: string; el: HTMLElement } | null = null;
+  function notified(eventId: string): HTMLElement {
+    if (notifications?.eventId !== eventId) notifications = { eventId, el: eventDeliveries(view.session, scope, eventId) };
+    return notifications.el;
+  }
+
   function renderDetail(): void {
     const event = events.find((e) => e.eventId === selected);
     if (!event) {
       replace(detail, events.length ? h("p", { class: "muted" }, "Pick an event to see its evidence and analysis.") : null);
       return;
     }
-    replace(detail, eventDetail(view.session, event, analyses.get(event.eventId) ?? null, { sessions, profileHref: (session) => tabHref(view, "profiles", { session }) }));
+    replace(
+      detail,
+      eventDetail(view.session, event, analyses.get(event.eventId) ?? null, { sessions, profileHref: (session) => tabHref(view, "profiles", { session }) }),
+      // Who was told, and how that went (the notifier's delivery history): read once per
+      // pick, not on every refresh of the events.
+      notified(event.eventId),
+    );
   }
 
   async function load(): Promise<void> {
