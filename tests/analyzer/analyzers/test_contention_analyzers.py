@@ -249,16 +249,18 @@ def test_a_gpu_fallen_off_the_bus_ends_a_run() -> None:
     assert report.recommended_actions[0].documentation_url == "docs/runbooks/accelerator-errors.md"
 
 
-def test_an_application_xid_and_benign_throttle_reasons() -> None:
-    app = quiet(accelerator_xid_errors=[13], accelerator_throttle_reasons=["gpu-idle", "power"])
+def test_an_application_xid_and_throttle_reasons() -> None:
+    app = quiet(
+        accelerator_xid_errors=[13], accelerator_throttle_reasons=["idle", "power", "hw-slowdown"]
+    )
     report = run(accelerator_errors, *degradation(hosts(**_everywhere(contention=app))))
     assert detected(report)
     assert report.score == 0.65
     assert (
         "host-0: XID 13: graphics engine exception (usually the application" in (report.evidence[0])
     )
-    assert "host-0: clocks held down: power" in report.evidence
-    idle = quiet(accelerator_throttle_reasons=["gpu-idle"])
+    assert "host-0: clocks held down: hw-slowdown" in report.evidence
+    idle = quiet(accelerator_throttle_reasons=["idle", "power"])  # a busy GPU at its power cap
     assert not detected(
         run(accelerator_errors, *degradation(hosts(**_everywhere(contention=idle))))
     )

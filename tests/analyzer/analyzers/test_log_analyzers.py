@@ -171,7 +171,9 @@ def test_a_collective_timeout_explains_a_hang() -> None:
     assert report.score == 0.85
     assert report.hosts == ["host-3"]
     assert report.evidence == [f"log host-3 11:59:40 UTC: {line}"[:325] for line in NCCL_TIMEOUT]
-    assert report.details.startswith("A collective timed out on host-3 (first at 11:59:40 UTC)")
+    assert report.details.startswith(
+        "A collective timed out or failed on host-3 (first at 11:59:40 UTC)"
+    )
     analysis = analyze(stuck, ctx, RUNBOOKS, NOW)
     assert analysis.probable_cause == "collective-timeout"
 

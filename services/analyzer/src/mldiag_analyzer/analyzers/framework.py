@@ -440,7 +440,7 @@ _DEVICE_OOM = re.compile(
 _DEVICE_OOM_LOGGED = re.compile(
     r"resource_exhausted|out of memory (while|allocating|on device|trying to allocate)|"
     r"cuda out of memory|outofmemoryerror|failed to allocate .* (hbm|device)|"
-    r"cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED",
+    r"ran out of memory in memory space|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED",
     re.IGNORECASE,
 )
 """The same in log lines, where a bare ``HBM`` (a usage line) says nothing of an OOM."""

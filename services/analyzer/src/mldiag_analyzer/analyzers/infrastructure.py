@@ -390,12 +390,17 @@ _KILLED = re.compile(r"^\s*(\S+: line \d+:\s+\d+\s+)?Killed\b")
 Killed python train.py``): with memory exhausted, the OOM killer."""
 
 
-def _oom_kill_lines(inputs: Inputs) -> list[tuple[LogExcerpt, str]]:
-    """Log lines of an OOM kill: the kernel's or a runtime's words anywhere, else an excerpt
-    the detector kept as one."""
-    return matching_lines(excerpts(inputs), _HOST_OOM) or [
-        (e, line) for e in excerpts(inputs, "host-oom-kill") for line in e.lines
-    ]
+def _oom_kill_lines(
+    inputs: Inputs,
+) -> tuple[list[tuple[LogExcerpt, str]], list[tuple[LogExcerpt, str]]]:
+    """Log lines of an OOM kill (the kernel's or a runtime's words), and lines that only say
+    a process was killed (a shell's ``Killed``: SIGKILL, from the OOM killer or anyone). An
+    excerpt the detector kept as an OOM kill counts as the former when neither matched."""
+    said = excerpts(inputs)
+    oom, killed = matching_lines(said, _HOST_OOM), matching_lines(said, _KILLED)
+    if not oom and not killed:
+        oom = [(e, line) for e in excerpts(inputs, "host-oom-kill") for line in e.lines]
+    return oom, killed
 
 
 @analyzer("host-oom-kill", Layer.INFRASTRUCTURE, "termination.md")
@@ -406,8 +411,8 @@ def host_oom_kill(inputs: Inputs) -> Finding:
     signal = fact_text(inputs, "signal")
     exit_code = exit_code_fact(inputs)
     message = fact_text(inputs, "message")
-    logged = _oom_kill_lines(inputs)
-    hosts = inputs.event_hosts() | {e.host for e, _ in logged if e.host}
+    logged, killed_lines = _oom_kill_lines(inputs)
+    hosts = inputs.event_hosts() | {e.host for e, _ in logged + killed_lines if e.host}
     memory = {
         h.host: h.host_memory_utilization
         for h in inputs.hosts
@@ -419,7 +424,6 @@ def host_oom_kill(inputs: Inputs) -> Finding:
     evidence = [f"{host}: memory {percent(value)} in use" for host, value in memory.items()]
     if inputs.has_open_event(EventType.HOST_RESOURCE_EXHAUSTION):
         evidence.append("a host resource exhaustion event was open")
-    killed_lines = matching_lines(excerpts(inputs), _KILLED)
     killed = signal == "SIGKILL" or exit_code == 137 or bool(killed_lines)
     if classification == "oom_host" or _HOST_OOM.search(message) or logged:
         details = "The process was killed by the host's out-of-memory killer"

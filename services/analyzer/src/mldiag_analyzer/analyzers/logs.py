@@ -109,7 +109,7 @@ def tracebacks(inputs: Inputs) -> list[Traceback]:
 COLLECTIVE_TIMEOUT = re.compile(
     r"watchdog caught collective operation timeout|collective operation timeout|"
     r"nccl.{0,80}(timeout|timed out)|ProcessGroupNCCL.{0,80}Timeout|gloo.{0,80}timed out|"
-    r"DEADLINE_EXCEEDED|barrier timed out|coordination service.{0,80}(timeout|heartbeat)|"
+    r"deadline.exceeded|barrier timed out|coordination service.{0,80}(timeout|heartbeat)|"
     r"(all-?reduce|all-?gather|reduce-?scatter|collective).{0,80}timed out",
     re.IGNORECASE,
 )
@@ -118,8 +118,8 @@ COLLECTIVE_TIMEOUT = re.compile(
 
 @analyzer("collective-timeout", Layer.FRAMEWORK, "hang.md")
 def collective_timeout(inputs: Inputs) -> Finding:
-    """A collective timed out (NCCL's watchdog, a gRPC deadline, the coordination service):
-    its peers waited for a process that never joined."""
+    """A collective timed out or failed (NCCL's watchdog or errors, a gRPC deadline, the
+    coordination service): its peers waited for a process that never joined."""
     if inputs.context is None:
         return not_found("No run context came with the event, so the run's logs were not read.")
     quoted = excerpts(inputs)
@@ -129,13 +129,13 @@ def collective_timeout(inputs: Inputs) -> Finding:
     ]
     if not lines:
         return not_found(
-            f"No collective timed out in the run's logs ({len(quoted)} excerpt(s) read around"
-            " the event)."
+            "No collective timed out or failed in the run's logs"
+            f" ({len(quoted)} excerpt(s) read around the event)."
         )
     hosts = {e.host for e, _ in lines if e.host}
     first = min(lines, key=lambda pair: pair[0].time)[0]
     details = (
-        f"A collective timed out on {names(hosts) if hosts else 'the run'}"
+        f"A collective timed out or failed on {names(hosts) if hosts else 'the run'}"
         f" (first at {when(first.time)}): the processes waited in a collective (all-reduce,"
         " barrier) for a peer that never joined — a dead or stuck process, mismatched programs"
         " across hosts, or the network between them"
