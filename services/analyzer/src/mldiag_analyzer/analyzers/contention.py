@@ -529,6 +529,7 @@ def accelerator_errors(inputs: Inputs) -> Finding:
             flagged[h.host] = lines
         if faulty:
             hardware.add(h.host)
+    reported = set(flagged)
     for host, line in _pcie_collapses(sampled):
         flagged.setdefault(host, []).append(line)
     if not flagged:
@@ -542,12 +543,17 @@ def accelerator_errors(inputs: Inputs) -> Finding:
             " errors, a lost device or link)"
         )
         strong = 0.92
-    else:
+    elif reported:
         details = f"The GPUs of {names(flagged)} reported errors or were held down"
         strong = 0.65
+    else:
+        details = f"The GPUs of {names(flagged)} move far less over PCIe than their peers'"
+        strong = 0.45  # a host that loads less data explains little unless it is the slow one
     if inputs.event.type == EventType.TERMINATION:
         details += "; the process ended on or after them"
     placed = _placed(inputs, set(flagged), strong, shared=0.5 if hardware else 0.35)
+    if not reported and spread(inputs, flagged) == "specific":
+        placed = _Placed(0.7, placed.words)
     evidence = [line for lines in flagged.values() for line in lines]
     actions = [
         f"Run the vendor diagnostics on {names(hardware or flagged)} (`nvidia-smi -q -d"
