@@ -1,0 +1,418 @@
+"""Events on the bus to notifications at real receivers: the top cause, signatures, retries,
+dead deliveries, one notification whatever redelivers it, grouping, the hourly limit,
+routing, and every channel kind."""
+
+import time
+import uuid
+from datetime import UTC, datetime
+from email import message_from_bytes, policy
+from email.message import EmailMessage
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from mldiag_notifier.app import create_app
+from mldiag_notifier.settings import NotifierSettings
+from mldiag_notifier.signature import verify
+from mldiag_platform.bus import Publisher
+from mldiag_schemas.alerts import DELIVERY_HEADER, SIGNATURE_HEADER
+from mldiag_schemas.analyses import (
+    Analysis,
+    AnalysisCompleted,
+    AnalyzerReport,
+    DetectionState,
+    Layer,
+)
+from mldiag_schemas.events import (
+    EventType,
+    Severity,
+    WorkloadEvent,
+    WorkloadEventOpened,
+    WorkloadEventResolved,
+    WorkloadEventUpdated,
+)
+from notifier.conftest import Receiver, SmtpServer, known_run, make_event, make_run, settle
+from support import serving, wait_until
+
+pytestmark = pytest.mark.connected
+
+BASE = "/v1/projects/default/locations/local"
+SECRET = "shared-signing-secret"
+
+
+async def webhook(
+    client: httpx.AsyncClient, receiver: Receiver, channel: str = "hook", **rule: Any
+) -> None:
+    """A signed webhook channel to ``receiver``'s ``/<channel>`` and a rule sending to it."""
+    response = await client.post(
+        f"{BASE}/notificationChannels?channelId={channel}",
+        json={
+            "displayName": channel,
+            "kind": "WEBHOOK",
+            "config": {"url": f"{receiver.url}/{channel}"},
+            "secrets": {"signingSecret": SECRET},
+        },
+    )
+    assert response.status_code == 200, response.text
+    await add_rule(client, f"to-{channel}", [channel], **rule)
+
+
+async def add_rule(
+    client: httpx.AsyncClient, rule_id: str, channels: list[str], **rule: Any
+) -> None:
+    response = await client.post(
+        f"{BASE}/alertRules?ruleId={rule_id}",
+        json={"displayName": rule_id, "channels": channels, **rule},
+    )
+    assert response.status_code == 200, response.text
+
+
+def analysis_of(event: WorkloadEvent) -> AnalysisCompleted:
+    reports = [
+        AnalyzerReport(
+            analyzer="input-pipeline",
+            layer=Layer.FRAMEWORK,
+            detection_state=DetectionState.NOT_DETECTED,
+            details="no stall",
+        ),
+        AnalyzerReport(
+            analyzer="host-cpu-contention",
+            layer=Layer.INFRASTRUCTURE,
+            detection_state=DetectionState.DETECTED,
+            details="another process took 80% of the CPUs",
+            evidence=["stress-ng at 790% CPU"],
+            score=0.9,
+        ),
+    ]
+    analysis = Analysis(
+        analysis_id=uuid.uuid4(),
+        event_id=event.event_id,
+        run_id=event.run_id,
+        analyzer_insight_found=True,
+        reports=reports,
+        probable_cause="host-cpu-contention",
+        time_lost_seconds=120.0,
+        create_time=datetime.now(UTC),
+    )
+    return AnalysisCompleted(analysis=analysis)
+
+
+async def deliveries(client: httpx.AsyncClient, filter_text: str = "") -> list[dict[str, Any]]:
+    response = await client.get(f"{BASE}/notificationDeliveries", params={"filter": filter_text})
+    assert response.status_code == 200, response.text
+    found: list[dict[str, Any]] = response.json()["notificationDeliveries"]
+    return found
+
+
+async def test_an_opened_event_carries_its_top_cause_signed_and_its_resolution_follows(
+    notifier_api: httpx.AsyncClient,
+    notifier_db: asyncpg.Pool,
+    publisher: Publisher,
+    receiver: Receiver,
+) -> None:
+    await known_run(publisher, notifier_db, make_run("r1"))
+    await webhook(notifier_api, receiver)
+    event = make_event("r1")
+    await publisher.publish(WorkloadEventOpened(event=event))
+    await publisher.publish(analysis_of(event))
+    [request] = await wait_until(lambda: _async(receiver.on("/hook")))
+
+    assert verify(SECRET, request.headers[SIGNATURE_HEADER], request.body, time.time())
+    body = request.json()
+    assert body["kind"] == "OPENED"
+    assert body["notificationId"] == request.headers[DELIVERY_HEADER]
+    assert body["topCause"] == {
+        "analyzer": "host-cpu-contention",
+        "details": "another process took 80% of the CPUs",
+        "evidence": ["stress-ng at 790% CPU"],
+    }
+    assert body["timeLostSeconds"] == 120.0
+    assert body["run"]["displayName"] == "Run r1"
+    assert body["rule"] == "to-hook"
+    assert body["link"] == (
+        f"http://mldiag.example:8080/console/#/runs/r1/events?event={event.event_id}"
+    )
+    assert body["summary"].startswith("OPEN · ")
+
+    # Updates are not notified; the resolution is.
+    await publisher.publish(WorkloadEventUpdated(event=event.model_copy(update={"revision": 2})))
+    resolved = make_event("r1", resolved=True, event_id=event.event_id)
+    await publisher.publish(WorkloadEventResolved(event=resolved))
+    await wait_until(lambda: _async(len(receiver.on("/hook")) == 2))
+    second = receiver.on("/hook")[1].json()
+    assert second["kind"] == "RESOLVED"
+    assert second["summary"].startswith("RESOLVED · ")
+    await settle(0.5)
+    assert len(receiver.on("/hook")) == 2
+
+
+async def test_without_an_analysis_it_goes_after_the_wait(
+    notifier_api: httpx.AsyncClient,
+    notifier_db: asyncpg.Pool,
+    publisher: Publisher,
+    receiver: Receiver,
+) -> None:
+    await known_run(publisher, notifier_db, make_run("r1"))
+    await webhook(notifier_api, receiver)
+    published = time.monotonic()
+    await publisher.publish(WorkloadEventOpened(event=make_event("r1")))
+    [request] = await wait_until(lambda: _async(receiver.on("/hook")))
+    assert time.monotonic() - published >= 0.3  # the analysis wait
+    assert request.json()["topCause"] is None
+    assert request.json()["timeLostSeconds"] == 42.0
+
+
+async def test_a_receiver_failing_twice_gets_it_once_on_the_third_attempt(
+    notifier_api: httpx.AsyncClient,
+    notifier_db: asyncpg.Pool,
+    publisher: Publisher,
+    receiver: Receiver,
+) -> None:
+    await known_run(publisher, notifier_db, make_run("r1"))
+    await webhook(notifier_api, receiver)
+    receiver.scripts["/hook"] = [503, 503]
+    await publisher.publish(WorkloadEventOpened(event=make_event("r1")))
+    [delivery] = await wait_until(lambda: deliveries(notifier_api, 'state="DELIVERED"'), timeout=10)
+    assert delivery["attempts"] == 3
+    assert delivery["deliverTime"]
+    requests = receiver.on("/hook")
+    assert len(requests) == 3
+    assert len({request.headers[DELIVERY_HEADER] for request in requests}) == 1
+    await settle(0.3)
+    assert len(receiver.on("/hook")) == 3
+
+
+async def test_a_4xx_is_dead_at_once_with_the_reason(
+    notifier_api: httpx.AsyncClient,
+    notifier_db: asyncpg.Pool,
+    publisher: Publisher,
+    receiver: Receiver,
+) -> None:
+    await known_run(publisher, notifier_db, make_run("r1"))
+    await webhook(notifier_api, receiver)
+    receiver.scripts["/hook"] = [400]
+    await publisher.publish(WorkloadEventOpened(event=make_event("r1")))
+    [delivery] = await wait_until(lambda: deliveries(notifier_api, 'state="DEAD"'))
+    assert delivery["attempts"] == 1
+    assert delivery["lastError"] == "HTTP 400: nope"
+    assert len(receiver.on("/hook")) == 1
+
+
+async def test_attempts_run_out_into_dead(
+    notifier_api: httpx.AsyncClient,
+    notifier_db: asyncpg.Pool,
+    publisher: Publisher,
+    receiver: Receiver,
+) -> None:
+    await known_run(publisher, notifier_db, make_run("r1"))
+    await webhook(notifier_api, receiver)
+    receiver.scripts["/hook"] = [500] * 10
+    await publisher.publish(WorkloadEventOpened(event=make_event("r1")))
+    [delivery] = await wait_until(lambda: deliveries(notifier_api, 'state="DEAD"'), timeout=10)
+    assert delivery["attempts"] == 4  # max_attempts in these tests
+    assert delivery["lastError"].startswith("HTTP 500")
+
+
+async def test_a_redelivered_event_and_two_replicas_send_one_notification(
+    notifier_api: httpx.AsyncClient,
+    notifier_settings: NotifierSettings,
+    notifier_db: asyncpg.Pool,
+    publisher: Publisher,
+    receiver: Receiver,
+) -> None:
+    await known_run(publisher, notifier_db, make_run("r1"))
+    await webhook(notifier_api, receiver)
+    async with serving(create_app(notifier_settings)):
+        event = make_event("r1")
+        # Three messages of one event (new envelope ids, so the stream keeps them all), as
+        # a redelivery or a republished event would bring it, split between the replicas.
+        for _ in range(3):
+            await publisher.publish(WorkloadEventOpened(event=event))
+        await publisher.publish(analysis_of(event))
+        await wait_until(lambda: _async(receiver.on("/hook")))
+        await settle(1.0)
+    assert len(receiver.on("/hook")) == 1
+    assert len(await deliveries(notifier_api)) == 1
+
+
+async def test_events_of_a_run_opening_together_are_grouped_into_one_notification(
+    notifier_api: httpx.AsyncClient,
+    notifier_db: asyncpg.Pool,
+    publisher: Publisher,
+    receiver: Receiver,
+) -> None:
+    await known_run(publisher, notifier_db, make_run("r1"))
+    await webhook(notifier_api, receiver, groupWindowSeconds=1.5)
+    first, *others = [make_event("r1") for _ in range(3)]
+    await publisher.publish(WorkloadEventOpened(event=first))
+    await wait_until(lambda: _async(receiver.on("/hook")))
+    for event in others:
+        await publisher.publish(WorkloadEventOpened(event=event))
+    suppressed = await wait_until(
+        lambda: deliveries(notifier_api, 'state="SUPPRESSED"'), lambda found: len(found) == 2
+    )
+    assert {d["lastError"] for d in suppressed} == {"grouped"}
+    await wait_until(lambda: _async(len(receiver.on("/hook")) == 2), timeout=5)
+    grouped = receiver.on("/hook")[1].json()
+    assert [e["eventId"] for e in grouped["grouped"]] == [str(e.event_id) for e in others]
+    assert grouped["summary"].startswith("OPEN · 2 events on run")
+    await settle(0.5)
+    assert len(receiver.on("/hook")) == 2
+
+
+async def test_past_max_per_hour_deliveries_are_suppressed(
+    notifier_api: httpx.AsyncClient,
+    notifier_db: asyncpg.Pool,
+    publisher: Publisher,
+    receiver: Receiver,
+) -> None:
+    await known_run(publisher, notifier_db, make_run("r1"))
+    await webhook(notifier_api, receiver, groupWindowSeconds=0, maxPerHour=2)
+    for _ in range(4):
+        await publisher.publish(WorkloadEventOpened(event=make_event("r1")))
+    limited = await wait_until(
+        lambda: deliveries(notifier_api, 'state="SUPPRESSED"'), lambda found: len(found) == 2
+    )
+    assert {d["lastError"] for d in limited} == {"rate limited"}
+    await wait_until(lambda: _async(len(receiver.on("/hook")) == 2))
+    await settle(0.5)
+    assert len(receiver.on("/hook")) == 2
+
+
+async def test_rules_route_by_type_severity_run_set_and_labels(
+    notifier_api: httpx.AsyncClient,
+    notifier_db: asyncpg.Pool,
+    publisher: Publisher,
+    receiver: Receiver,
+) -> None:
+    await known_run(publisher, notifier_db, make_run("nightly-a", labels={"team": "a"}))
+    await known_run(publisher, notifier_db, make_run("weekly-b", run_set="weekly"))
+    await known_run(publisher, notifier_db, make_run("other", project="elsewhere"))
+    await webhook(notifier_api, receiver, groupWindowSeconds=0)  # rule to-hook: all ≥ WARNING
+    solo = {"groupWindowSeconds": 0}
+    await add_rule(notifier_api, "hangs", ["hook"], eventTypes=["HANG"], **solo)
+    await add_rule(notifier_api, "critical", ["hook"], minSeverity="CRITICAL", **solo)
+    await add_rule(notifier_api, "weekly", ["hook"], runSets=["weekly"], minSeverity="INFO", **solo)
+    await add_rule(notifier_api, "team-a", ["hook"], labels={"team": "a"}, **solo)
+    await add_rule(notifier_api, "off", ["hook"], enabled=False, **solo)
+
+    hang = make_event("nightly-a", event_type=EventType.HANG, severity=Severity.CRITICAL)
+    info = make_event("weekly-b", severity=Severity.INFO)
+    warning = make_event("weekly-b", event_type=EventType.STRAGGLER)
+    elsewhere = make_event("other", severity=Severity.CRITICAL)
+    for event in (hang, info, warning, elsewhere):
+        await publisher.publish(WorkloadEventOpened(event=event))
+    found = await wait_until(lambda: deliveries(notifier_api), lambda d: len(d) >= 7)
+    await settle(0.5)
+    found = await deliveries(notifier_api)
+    routed = {(d["rule"], d["eventId"]) for d in found}
+    expected = {
+        ("to-hook", str(hang.event_id)),
+        ("hangs", str(hang.event_id)),
+        ("critical", str(hang.event_id)),
+        ("team-a", str(hang.event_id)),
+        ("weekly", str(info.event_id)),
+        ("weekly", str(warning.event_id)),
+        ("to-hook", str(warning.event_id)),
+    }
+    assert routed == expected
+    assert len(found) == len(expected)
+    by_event = await deliveries(notifier_api, f'eventId="{hang.event_id}"')
+    assert {d["rule"] for d in by_event} == {"to-hook", "hangs", "critical", "team-a"}
+    by_run = await deliveries(notifier_api, 'runId="weekly-b"')
+    assert len(by_run) == 3
+
+
+async def test_email_arrives_at_an_smtp_server(
+    notifier_api: httpx.AsyncClient,
+    notifier_db: asyncpg.Pool,
+    publisher: Publisher,
+    smtp_server: SmtpServer,
+) -> None:
+    await known_run(publisher, notifier_db, make_run("r1"))
+    response = await notifier_api.post(
+        f"{BASE}/notificationChannels?channelId=mail",
+        json={
+            "displayName": "Mail",
+            "kind": "EMAIL",
+            "config": {
+                "to": "oncall@example.com, lead@example.com",
+                "from": "mldiag@example.com",
+                "smtpHost": "127.0.0.1",
+                "smtpPort": str(smtp_server.port),
+                "tls": "none",
+            },
+        },
+    )
+    assert response.status_code == 200, response.text
+    await add_rule(notifier_api, "mail-all", ["mail"])
+    event = make_event("r1")
+    await publisher.publish(WorkloadEventOpened(event=event))
+    await publisher.publish(analysis_of(event))
+    await wait_until(lambda: _async(smtp_server.mailbox.messages))
+    [(sender, recipients, content)] = smtp_server.mailbox.messages
+    assert sender == "mldiag@example.com"
+    assert recipients == ["oncall@example.com", "lead@example.com"]
+    mail = message_from_bytes(content, policy=policy.default)
+    assert isinstance(mail, EmailMessage)
+    assert str(mail["Subject"]).startswith("OPEN · ")
+    text = mail.get_content()
+    assert "Top cause (host-cpu-contention): another process took 80% of the CPUs" in text
+    assert f"events?event={event.event_id}" in text
+
+
+async def test_slack_alertmanager_and_apprise_speak_their_formats(
+    notifier_api: httpx.AsyncClient,
+    notifier_db: asyncpg.Pool,
+    publisher: Publisher,
+    receiver: Receiver,
+) -> None:
+    await known_run(publisher, notifier_db, make_run("r1"))
+    channels = [
+        ("slack", "SLACK", {}, {"webhookUrl": f"{receiver.url}/slack"}),
+        ("am", "ALERTMANAGER", {"url": f"{receiver.url}/am"}, {"bearerToken": "tok"}),
+        ("apprise", "APPRISE", {}, {"urls": f"json://{receiver.url[7:]}/apprise"}),
+    ]
+    for channel_id, kind, config, secrets in channels:
+        response = await notifier_api.post(
+            f"{BASE}/notificationChannels?channelId={channel_id}",
+            json={"displayName": channel_id, "kind": kind, "config": config, "secrets": secrets},
+        )
+        assert response.status_code == 200, response.text
+    await add_rule(notifier_api, "everywhere", ["slack", "am", "apprise"])
+    event = make_event("r1", event_type=EventType.HANG)
+    await publisher.publish(WorkloadEventOpened(event=event))
+    await publisher.publish(analysis_of(event))
+    await wait_until(lambda: _async(len(receiver.requests) == 3), timeout=10)
+
+    [slack] = receiver.on("/slack")
+    assert slack.json()["text"].startswith("OPEN · ")
+    assert slack.json()["blocks"][0]["type"] == "section"
+
+    [alert] = receiver.on("/am/api/v2/alerts")[0].json()
+    assert alert["labels"] == {
+        "alertname": "HANG",
+        "run": "r1",
+        "severity": "WARNING",
+        "event_id": str(event.event_id),
+    }
+    assert (
+        alert["annotations"]["cause"] == "host-cpu-contention: another process took 80% of the CPUs"
+    )
+    assert "endsAt" not in alert
+    assert receiver.on("/am/api/v2/alerts")[0].headers["Authorization"] == "Bearer tok"
+
+    [apprise] = receiver.on("/apprise")
+    assert apprise.json()["title"].startswith("OPEN · ")
+
+    resolved = make_event("r1", event_type=EventType.HANG, resolved=True, event_id=event.event_id)
+    await publisher.publish(WorkloadEventResolved(event=resolved))
+    await wait_until(lambda: _async(len(receiver.on("/am/api/v2/alerts")) == 2))
+    [ended] = receiver.on("/am/api/v2/alerts")[1].json()
+    assert "endsAt" in ended
+
+
+async def _async(value: Any) -> Any:
+    return value
