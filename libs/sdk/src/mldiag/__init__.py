@@ -14,18 +14,21 @@ or, with the official SDK's names, ``mldiag.machinelearning_run(...)`` and
 ``mldiag.checkpoint()`` and ``mldiag.preemption_notice()`` mark the current run from code
 that does not hold it. A tuning job's trial reports its objective with
 ``mldiag.report_hyperparameter_tuning_metric(tag, value, global_step)`` (or Google's
-``cloudml-hypertune``, forwarded by the replica launcher). Importing this package does no I/O.
+``cloudml-hypertune``, forwarded by the replica launcher). ``mldiag.LogHandler`` ships a
+program's ``logging`` records to its run's logs. Importing this package does no I/O.
 """
 
 from mldiag import metrics
 from mldiag.control import RunControl, RunPhase, RunSpec
 from mldiag.hypertune import report_hyperparameter_tuning_metric
 from mldiag.instrument import checkpoint, data_wait, preemption_notice
+from mldiag.logs import LogHandler
 from mldiag.run import Run, current_run, init, machinelearning_run
 from mldiag.signals import SignalKind
 from mldiag.xprof import XProf, XProfError, xprof
 
 __all__ = [
+    "LogHandler",
     "Run",
     "RunControl",
     "RunPhase",
