@@ -180,16 +180,25 @@ def test_a_collective_timeout_explains_a_hang() -> None:
 
 def test_a_grpc_deadline_in_any_excerpt_is_a_collective_timeout() -> None:
     slowed, ctx = degradation()
-    line = "E0105 12:00:01 coordination_service_agent.cc:332 DEADLINE_EXCEEDED: barrier timed out"
+    line = "E0105 12:00:01 coordination_service_agent.cc:332 Deadline Exceeded: barrier timed out"
     report = run(collective_timeout, slowed, _with_logs(ctx, excerpt("error", ["ok", line])))
     assert detected(report)
     assert report.score == 0.55
     assert report.evidence == [f"log host-1 11:59:40 UTC: {line}"]
 
 
+def test_a_stack_that_ends_in_a_bare_exception() -> None:
+    lines = ["Traceback (most recent call last):", '  File "/app/train.py", line 7, in <module>']
+    traceback = read_traceback(excerpt("traceback", [*lines, "    next(it)", "StopIteration"]))
+    assert traceback is not None
+    assert (traceback.error_type, traceback.message) == ("StopIteration", "")
+    assert traceback.lines == [lines[1], "    next(it)", "StopIteration"]
+
+
 def test_quiet_logs_rule_the_log_causes_out() -> None:
     stuck, ctx = hang()
-    ctx = _with_logs(ctx, excerpt("error", ["WARNING: dataset shard 3 reopened"]))
+    quiet_lines = ["WARNING: dataset shard 3 reopened", "error: resource temporarily unavailable"]
+    ctx = _with_logs(ctx, excerpt("error", quiet_lines))
     for check in (collective_timeout, accelerator_oom, host_oom_kill, workload_exception):
         report = run(check, stuck, ctx)
         assert not detected(report), check.name
@@ -203,3 +212,13 @@ def test_log_lines_are_cut_and_limited() -> None:
     report = run(collective_timeout, ended, _with_logs(context(), excerpt("error", lines)))
     assert len(report.evidence) == 6
     assert all(len(line) <= len("log host-1 11:59:40 UTC: ") + 300 for line in report.evidence)
+
+
+def test_an_excerpt_the_detector_kept_as_a_timeout_is_quoted_by_its_last_line() -> None:
+    # words no pattern of the analyzer knows: the detector's kind decides, its exception quoted
+    last = "torch.distributed.DistStoreError: wait for rank 0 failed after 1800 s"
+    lines = ["Traceback (most recent call last):", '  File "/app/train.py", line 9, in <module>']
+    ctx = _with_logs(context(), excerpt("collective-timeout", [*lines, "    init()", last]))
+    report = run(collective_timeout, event(EventType.TERMINATION, "termination", ["host-1"]), ctx)
+    assert detected(report)
+    assert report.evidence == [f"log host-1 11:59:40 UTC: {last}"]

@@ -33,6 +33,7 @@ from mldiag_analyzer.analyzers.logs import (
     QUOTED_LINES,
     Traceback,
     excerpts,
+    kept_as,
     matching_lines,
     quote,
     quotes,
@@ -449,9 +450,9 @@ _DEVICE_OOM_LOGGED = re.compile(
 def _oom_lines(inputs: Inputs) -> list[tuple[LogExcerpt, str]]:
     """Log lines of an accelerator OOM: matching lines anywhere, else an excerpt the
     detector kept as one."""
-    return matching_lines(excerpts(inputs), _DEVICE_OOM_LOGGED) or [
-        (e, line) for e in excerpts(inputs, "accelerator-oom") for line in e.lines
-    ]
+    return matching_lines(excerpts(inputs), _DEVICE_OOM_LOGGED) or kept_as(
+        inputs, "accelerator-oom"
+    )
 
 
 @analyzer("accelerator-oom", Layer.FRAMEWORK, "accelerator-memory-pressure.md")

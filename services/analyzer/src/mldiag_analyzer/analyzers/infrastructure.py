@@ -24,7 +24,7 @@ from mldiag_analyzer.analyzers.common import (
     spread,
     when,
 )
-from mldiag_analyzer.analyzers.logs import excerpts, matching_lines, quotes
+from mldiag_analyzer.analyzers.logs import excerpts, kept_as, matching_lines, quotes
 from mldiag_schemas.analyses import Layer
 from mldiag_schemas.events import EventType, HostSnapshot
 from mldiag_schemas.logs import LogExcerpt
@@ -399,7 +399,7 @@ def _oom_kill_lines(
     said = excerpts(inputs)
     oom, killed = matching_lines(said, _HOST_OOM), matching_lines(said, _KILLED)
     if not oom and not killed:
-        oom = [(e, line) for e in excerpts(inputs, "host-oom-kill") for line in e.lines]
+        oom = kept_as(inputs, "host-oom-kill")
     return oom, killed
 
 

@@ -45,14 +45,24 @@ def matching_lines(
     return [(e, line) for e in quoted for line in e.lines if pattern.search(line)]
 
 
+def kept_as(inputs: Inputs, kind: str) -> list[tuple[LogExcerpt, str]]:
+    """The last line of each excerpt the event-detector kept as ``kind`` (a burst's latest
+    line, a traceback's exception): for lines whose words the analyzers' own patterns miss."""
+    return [(e, e.lines[-1]) for e in excerpts(inputs, kind) if e.lines]
+
+
 def quotes(lines: Iterable[tuple[LogExcerpt, str]]) -> list[str]:
     """The first :data:`QUOTED_LINES` of ``lines`` as evidence."""
     return [quote(e, line) for e, line in list(lines)[:QUOTED_LINES]]
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
-_EXCEPTION = re.compile(
-    r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Fault|Exhausted))(?::\s*(.*))?$"
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*)(?::\s*(.*))?$")
+"""``Type: message`` (or a bare ``Type``), the line a traceback ends with."""
+_NOT_EXCEPTION = (
+    "Traceback (most recent call last):",
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:",
 )
 
 
@@ -73,7 +83,11 @@ def read_traceback(excerpt: LogExcerpt, last_frames: int = 3) -> Traceback | Non
     """The exception a traceback excerpt ends with (the last one when exceptions chain),
     with its last frames; None when no exception line is found."""
     for index in range(len(excerpt.lines) - 1, -1, -1):
-        match = _EXCEPTION.match(excerpt.lines[index].strip())
+        line = excerpt.lines[index]
+        # Frames and source lines are indented; the exception line is not.
+        if not line.strip() or line[0].isspace() or line.strip() in _NOT_EXCEPTION:
+            continue
+        match = _EXCEPTION.match(line.strip())
         if match is None:
             continue
         frame_lines = [i for i, line in enumerate(excerpt.lines[:index]) if _FRAME.search(line)][
@@ -110,6 +124,7 @@ COLLECTIVE_TIMEOUT = re.compile(
     r"watchdog caught collective operation timeout|collective operation timeout|"
     r"nccl.{0,80}(timeout|timed out)|ProcessGroupNCCL.{0,80}Timeout|gloo.{0,80}timed out|"
     r"deadline.exceeded|barrier timed out|coordination service.{0,80}(timeout|heartbeat)|"
+    r"nccl error|(?-i:\bUNAVAILABLE\b)|"
     r"(all-?reduce|all-?gather|reduce-?scatter|collective).{0,80}timed out",
     re.IGNORECASE,
 )
@@ -123,10 +138,7 @@ def collective_timeout(inputs: Inputs) -> Finding:
     if inputs.context is None:
         return not_found("No run context came with the event, so the run's logs were not read.")
     quoted = excerpts(inputs)
-    # The telling lines wherever they are; else all of an excerpt the detector kept as one.
-    lines = matching_lines(quoted, COLLECTIVE_TIMEOUT) or [
-        (e, line) for e in excerpts(inputs, "collective-timeout") for line in e.lines
-    ]
+    lines = matching_lines(quoted, COLLECTIVE_TIMEOUT) or kept_as(inputs, "collective-timeout")
     if not lines:
         return not_found(
             "No collective timed out or failed in the run's logs"
