@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mldiag.alerts_api import CHANNELS, DELIVERIES, RULES, AlertsClient, deliveries_filter
-from mldiag.api_client import JsonObject
+from mldiag.api_client import ApiError, JsonObject
 from mldiag.cli.jobs import parse_key_values
 from mldiag.cli.output import labels_cell, short_time
 from mldiag.cli.registry import Context, UsageError, add_global_options
@@ -38,10 +38,35 @@ SEVERITIES = ("INFO", "WARNING", "CRITICAL")
 """Event severities, least first."""
 
 Verbs = Callable[[str, Callable[[Context, argparse.Namespace], int], str], argparse.ArgumentParser]
+"""Adds one verb to a resource of ``alerts``: ``verb(name, handler, help)``."""
 
 
 def _alerts(ctx: Context, args: argparse.Namespace) -> AlertsClient:
     return AlertsClient(**client_kwargs(ctx, args))
+
+
+Handler = Callable[[Context, argparse.Namespace], int]
+
+
+def _explained(handler: Handler) -> Handler:
+    """``handler``, its API errors carrying what each field's problem is: a refused body
+    says "the NotificationChannel body is not valid" and puts the reasons in ``details``."""
+
+    def run(ctx: Context, args: argparse.Namespace) -> int:
+        try:
+            return handler(ctx, args)
+        except ApiError as error:
+            problems = [
+                str(detail["problem"])
+                for detail in error.details
+                if isinstance(detail, dict) and detail.get("problem")
+            ]
+            if not problems:
+                raise
+            message = f"{error.message}: {'; '.join(problems)}"
+            raise ApiError(error.status, error.code, message, error.details) from None
+
+    return run
 
 
 def _split(texts: Iterable[str]) -> list[str]:
@@ -70,7 +95,7 @@ def add_alerts_commands(commands: Any) -> None:
             parser: argparse.ArgumentParser = actions.add_parser(
                 action, parents=[options], help=what, description=what
             )
-            parser.set_defaults(api_handler=handler)
+            parser.set_defaults(api_handler=_explained(handler))
             return parser
 
         return verb
