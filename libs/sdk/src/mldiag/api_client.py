@@ -321,6 +321,38 @@ class RegistryClient(_Client):
         """The run's productive time against its wall time, and the buckets of lost time."""
         return self._call("GET", f"/machineLearningRuns/{run_id}:goodput")
 
+    # workload logs
+
+    def list_logs(
+        self,
+        run: str,
+        *,
+        grep: str = "",
+        since: str = "",
+        until: str = "",
+        host: str | None = None,
+        stream: str = "",
+        min_severity: str = "",
+        page_size: int | None = None,
+        page_token: str = "",
+    ) -> JsonObject:
+        """One page of a run's log lines, oldest first: ``{"entries": [...],
+        "nextPageToken"}``. ``run`` is its id or full name; the token stays set at the end
+        while lines can still come (ask again with it to follow)."""
+        params = {
+            "grep": grep,
+            "since": since,
+            "until": until,
+            "host": host,
+            "stream": stream,
+            "minSeverity": min_severity,
+            "pageSize": page_size,
+            "pageToken": page_token,
+        }
+        if "/" in run:
+            return self._call("GET", "/" + run.strip("/") + "/logs", params=params, scoped=False)
+        return self._call("GET", f"/machineLearningRuns/{run}/logs", params=params)
+
     # workload events and rule overrides
 
     def list_events(

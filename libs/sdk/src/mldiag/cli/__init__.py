@@ -22,6 +22,7 @@ from mldiag.api_client import ApiError, ApiUnreachable
 from mldiag.cli.agent import add_agent_command
 from mldiag.cli.alerts import add_alerts_commands
 from mldiag.cli.jobs import add_jobs_commands
+from mldiag.cli.logs import add_logs_command
 from mldiag.cli.models import add_models_commands
 from mldiag.cli.output import Format
 from mldiag.cli.pipelines import add_pipelines_commands
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_stack_commands(commands)
     add_api_commands(commands)
+    add_logs_command(commands)
     add_jobs_commands(commands)
     add_tuning_commands(commands)
     add_pipelines_commands(commands)
