@@ -96,6 +96,36 @@ async def test_a_webhook_without_a_signing_secret_gets_one(
             "password",
         ),
         ({"displayName": "x", "kind": "PIGEON"}, "kind"),
+        (
+            {"displayName": "x", "kind": "SLACK", "secrets": {"webhookUrl": "hooks.slack.com/x"}},
+            "webhookUrl",
+        ),
+        (
+            {
+                "displayName": "x",
+                "kind": "EMAIL",
+                "config": {"to": "a@b", "smtpHost": "h", "tls": "ssl"},
+            },
+            "tls",
+        ),
+        (
+            {
+                "displayName": "x",
+                "kind": "EMAIL",
+                "config": {"to": "a@b", "smtpHost": "h", "smtpPort": "x"},
+            },
+            "smtpPort",
+        ),
+        ({"displayName": "x", "kind": "APPRISE", "secrets": {"urls": "  "}}, "urls"),
+        (
+            {
+                "displayName": "x",
+                "kind": "WEBHOOK",
+                "config": {"url": "http://h/"},
+                "name": "sneaky",
+            },
+            "url",
+        ),
     ],
 )
 async def test_a_bad_channel_is_a_400_naming_the_setting(
@@ -253,3 +283,43 @@ async def test_a_viewer_reads_but_cannot_change(
     assert response.status_code == 200
     response = await notifier_api.get(BASE + "/notificationChannels", headers={"Authorization": ""})
     assert response.status_code == 401
+
+
+async def test_a_patch_merges_secrets_and_keeps_the_required_ones(
+    notifier_api: httpx.AsyncClient, notifier_db: asyncpg.Pool
+) -> None:
+    body = {
+        "displayName": "Mail",
+        "kind": "EMAIL",
+        "config": {"to": "a@example.com", "smtpHost": "127.0.0.1"},
+        "secrets": {"password": "first"},
+    }
+    await create(notifier_api, "/notificationChannels?channelId=mail", body)
+    response = await notifier_api.patch(
+        BASE + "/notificationChannels/mail?updateMask=config",
+        json={"config": {"to": "b@example.com", "smtpHost": "127.0.0.1", "tls": "none"}},
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["secretKeys"] == ["password"]
+    assert response.json()["config"]["to"] == "b@example.com"
+
+    response = await notifier_api.patch(
+        BASE + "/notificationChannels/mail?updateMask=secrets", json={"secrets": {"password": ""}}
+    )
+    assert response.json()["secretKeys"] == []
+    response = await notifier_api.patch(
+        BASE + "/notificationChannels/mail?updateMask=config", json={"config": {"to": "b@x"}}
+    )
+    assert error_of(response, 400)["code"] == "invalid_argument"
+    assert "smtpHost" in response.text
+
+    slack = {"displayName": "S", "kind": "SLACK", "secrets": {"webhookUrl": "https://h/1"}}
+    await create(notifier_api, "/notificationChannels?channelId=slack", slack)
+    response = await notifier_api.patch(
+        BASE + "/notificationChannels/slack?updateMask=secrets",
+        json={"secrets": {"webhookUrl": ""}},
+    )
+    assert error_of(response, 400)["code"] == "invalid_argument"
+    assert "webhookUrl" in response.text
+    row = await notifier_db.fetchrow("SELECT secret_keys FROM channels WHERE channel_id = 'slack'")
+    assert list(row["secret_keys"]) == ["webhookUrl"]

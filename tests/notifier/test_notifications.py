@@ -164,6 +164,20 @@ async def test_without_an_analysis_it_goes_after_the_wait(
     assert request.json()["timeLostSeconds"] == 42.0
 
 
+async def test_an_event_before_its_run_is_known_waits_for_it(
+    notifier_api: httpx.AsyncClient,
+    notifier_db: asyncpg.Pool,
+    publisher: Publisher,
+    receiver: Receiver,
+) -> None:
+    await webhook(notifier_api, receiver)
+    await publisher.publish(WorkloadEventOpened(event=make_event("late")))
+    await settle(0.05)
+    await known_run(publisher, notifier_db, make_run("late"))
+    [request] = await wait_until(lambda: _async(receiver.on("/hook")))
+    assert request.json()["run"]["runId"] == "late"
+
+
 async def test_a_receiver_failing_twice_gets_it_once_on_the_third_attempt(
     notifier_api: httpx.AsyncClient,
     notifier_db: asyncpg.Pool,

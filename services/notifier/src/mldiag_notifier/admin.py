@@ -9,6 +9,7 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
+from mldiag_notifier.channels.email import TLS_MODES
 from mldiag_notifier.crypto import SecretBox
 from mldiag_notifier.dispatch import Dispatcher
 from mldiag_notifier.errors import (
@@ -154,6 +155,26 @@ def _invalid(model: str, exc: ValidationError | ValueError) -> InvalidArgument:
     return InvalidArgument(str(exc), details=[{"field": "", "problem": str(exc)}])
 
 
+_HTTP_URL = re.compile(r"^https?://[^\s/]+")
+
+
+def check_values(kind: ChannelKind, config: dict[str, str], secrets: dict[str, str]) -> None:
+    """What the contract's check leaves to the service: values a kind cannot use
+    (``ValueError`` naming the key; never quoting a secret)."""
+    slack_url = secrets.get("webhookUrl", "") if kind is ChannelKind.SLACK else ""
+    if slack_url and not _HTTP_URL.match(slack_url):
+        raise ValueError("secrets.webhookUrl: must be an http:// or https:// URL")
+    if kind is ChannelKind.EMAIL:
+        tls = config.get("tls", "")
+        if tls and tls.lower() not in TLS_MODES:
+            raise ValueError(f"config.tls: use {', '.join(TLS_MODES)}")
+        port = config.get("smtpPort", "")
+        if port and not (port.isdigit() and 0 < int(port) < 65536):
+            raise ValueError("config.smtpPort: must be a port number (1 to 65535)")
+    if kind is ChannelKind.APPRISE and "urls" in secrets and not secrets["urls"].split():
+        raise ValueError("secrets.urls: give at least one Apprise URL")
+
+
 def _page_token(last_id: str) -> str:
     return keyset_token([last_id], query_digest("", ""))
 
@@ -182,6 +203,7 @@ class AlertsAdmin:
         """Store a channel (a webhook without a signing secret gets one made)."""
         try:  # again in full: a body naming the channel (output only) skipped the check
             check_channel_settings(channel.kind, channel.config, channel.secrets, partial=False)
+            check_values(channel.kind, channel.config, channel.secrets)
         except ValueError as exc:
             raise _invalid("channel", exc) from None
         chosen = _chosen_id(
@@ -253,7 +275,8 @@ class AlertsAdmin:
                 document[field] = body.get(field)
         try:
             changed = NotificationChannel.model_validate({**document, "secrets": secrets})
-        except ValidationError as exc:
+            check_values(changed.kind, changed.config, secrets)
+        except (ValidationError, ValueError) as exc:
             raise _invalid("channel", exc) from None
         if changed.kind is ChannelKind.WEBHOOK and not secrets.get("signingSecret"):
             secrets["signingSecret"] = tokens.token_urlsafe(32)

@@ -55,7 +55,11 @@ def create_app(settings: NotifierSettings | None = None) -> FastAPI:
             await bus.start()
             app.state.tokens = directory
             app.state.admin = AlertsAdmin(repository, box, dispatcher)
-            checks.update(nats=bus.healthy, database=lambda: database_ok(pool))
+            checks.update(
+                nats=bus.healthy,
+                database=lambda: database_ok(pool),
+                dispatch=dispatcher.healthy,
+            )
             stack.callback(checks.clear)
             yield
 

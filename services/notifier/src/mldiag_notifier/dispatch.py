@@ -70,6 +70,7 @@ class Dispatcher:
         self._settings = settings
         self._wakeup = asyncio.Event()
         self._stopping = False
+        self._task: asyncio.Task[None] | None = None
 
     def wake(self) -> None:
         """Look for due deliveries now rather than at the next poll."""
@@ -89,10 +90,27 @@ class Dispatcher:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), self._settings.poll_seconds)
 
+    def start(self) -> None:
+        """Start :meth:`run` as a task of its own."""
+        self._task = asyncio.create_task(self.run(), name="notifier-dispatch")
+
+    async def healthy(self) -> bool:
+        """Health check: the send loop is running."""
+        return self._task is not None and not self._task.done()
+
     def stop(self) -> None:
         """End :meth:`run` after the round in hand."""
         self._stopping = True
         self._wakeup.set()
+
+    async def stopped(self, grace_seconds: float) -> None:
+        """Wait for :meth:`run` to end after :meth:`stop` (cut short past the grace)."""
+        if self._task is None:
+            return
+        try:
+            await asyncio.wait_for(self._task, grace_seconds)
+        except TimeoutError:
+            log.warning("notifier.dispatch.cut_short")
 
     async def send_due(self) -> int:
         """Claim the due deliveries (one batch) and attempt each; returns how many."""
@@ -167,7 +185,15 @@ class Dispatcher:
         except ValueError as exc:
             raise DeliveryFailed(str(exc), permanent=True) from None
         channel = stored.channel
-        await channels.send(self._client, channel.kind, dict(channel.config), secrets, outgoing)
+        try:
+            await channels.send(self._client, channel.kind, dict(channel.config), secrets, outgoing)
+        except DeliveryFailed as failure:
+            # A library's message may quote a URL that is itself the secret (Slack, Apprise).
+            reason = failure.reason
+            for value in secrets.values():
+                if len(value) >= 4:
+                    reason = reason.replace(value, "***")
+            raise DeliveryFailed(reason, permanent=failure.permanent) from None
 
     async def _outgoing(self, row: DeliveryRow) -> Outgoing:
         """The notification of a delivery, rendered from what is stored now."""
@@ -248,12 +274,9 @@ class Dispatcher:
 async def running(dispatcher: Dispatcher, grace_seconds: float) -> AsyncIterator[None]:
     """Run the dispatcher's loop while the block runs; on exit let the round in hand finish
     (up to ``grace_seconds``: a send cut short is claimed again after the claim runs out)."""
-    task = asyncio.create_task(dispatcher.run(), name="notifier-dispatch")
+    dispatcher.start()
     try:
         yield
     finally:
         dispatcher.stop()
-        try:
-            await asyncio.wait_for(task, grace_seconds)
-        except TimeoutError:
-            log.warning("notifier.dispatch.cut_short")
+        await dispatcher.stopped(grace_seconds)

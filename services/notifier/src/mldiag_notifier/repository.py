@@ -440,13 +440,12 @@ class NotifierRepository:
                 "SELECT true FROM analyses WHERE event_id = $1", event.event_id
             )
             wait = 0.0 if analysed else wait_seconds
-            for plan in plans:
+            # One order of locks for every transaction, so two never wait on each other.
+            for plan in sorted(plans, key=lambda plan: (plan.rule.rule_id, plan.channel)):
                 rule_id = plan.rule.rule_id
                 await self._lock(conn, run, rule_id, plan.channel)
                 own_id = delivery_id(event.event_id, NotificationKind.OPENED, rule_id, plan.channel)
-                if await conn.fetchval(
-                    "SELECT true FROM deliveries WHERE delivery_id = $1", own_id
-                ):
+                if await self._exists(conn, own_id):
                     continue
                 state, reason, group = DeliveryState.PENDING, "", None
                 leader = await self._leader(conn, run, plan)
@@ -454,8 +453,21 @@ class NotifierRepository:
                     group = group_delivery_id(leader["delivery_id"])
                     state, reason = DeliveryState.SUPPRESSED, GROUPED
                     due = leader["create_time"] + timedelta(seconds=plan.rule.group_window_seconds)
+                    # The grouped notification counts against the hour like any other.
+                    group_over = not await self._exists(conn, group) and await self._over_limit(
+                        conn, run, plan
+                    )
                     queued += await self._insert(
-                        conn, run, plan, group, event, snapshot, due=due, is_group=True
+                        conn,
+                        run,
+                        plan,
+                        group,
+                        event,
+                        snapshot,
+                        due=due,
+                        is_group=True,
+                        state=DeliveryState.SUPPRESSED if group_over else DeliveryState.PENDING,
+                        reason=RATE_LIMITED if group_over else "",
                     )
                 elif await self._over_limit(conn, run, plan):
                     state, reason = DeliveryState.SUPPRESSED, RATE_LIMITED
@@ -481,10 +493,14 @@ class NotifierRepository:
         queued = 0
         snapshot = event.model_dump_json()
         async with self._pool.acquire() as conn, conn.transaction():
+            # After the opening's own attempt when that one is still to go (waiting for the
+            # analysis, or retrying), so a quick recovery does not overtake it.
             opened = await conn.fetch(
-                """SELECT DISTINCT rule, channel FROM deliveries
+                """SELECT rule, channel, max(next_attempt_time)
+                       FILTER (WHERE state IN ('PENDING', 'RETRYING')) AS opened_due
+                   FROM deliveries
                    WHERE event_id = $1 AND kind = 'OPENED' AND NOT is_group AND state <> 'DEAD'
-                   ORDER BY rule, channel""",
+                   GROUP BY rule, channel ORDER BY rule, channel""",
                 event.event_id,
             )
             for row in opened:
@@ -507,8 +523,14 @@ class NotifierRepository:
                     kind=NotificationKind.RESOLVED,
                     state=DeliveryState.SUPPRESSED if over else DeliveryState.PENDING,
                     reason=RATE_LIMITED if over else "",
+                    due=row["opened_due"],
                 )
         return queued
+
+    @staticmethod
+    async def _exists(conn: asyncpg.Connection, delivery: uuid.UUID) -> bool:
+        found = await conn.fetchval("SELECT true FROM deliveries WHERE delivery_id = $1", delivery)
+        return bool(found)
 
     @staticmethod
     async def _lock(conn: asyncpg.Connection, run: RunFacts, rule: str, channel: str) -> None:

@@ -46,6 +46,8 @@ async def post(
         response = await client.post(
             url, content=content, json=json, headers=headers, timeout=outgoing.timeout
         )
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+        raise DeliveryFailed(f"not a usable URL: {type(exc).__name__}", permanent=True) from None
     except httpx.HTTPError as exc:
         raise DeliveryFailed(f"{type(exc).__name__}: {exc}"[:300] or "no answer") from None
     if response.is_success:
