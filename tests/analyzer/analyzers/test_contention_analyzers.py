@@ -10,6 +10,7 @@ from analyzer.analyzer_contexts import (
     context,
     degradation,
     detected,
+    event,
     hang,
     hosts,
     neighbour,
@@ -30,7 +31,7 @@ from mldiag_analyzer.analyzers.contention import (
 from mldiag_analyzer.analyzers.infrastructure import host_cpu_saturation
 from mldiag_analyzer.service import analyze
 from mldiag_schemas.analyses import DetectionState, Layer
-from mldiag_schemas.events import ProcessShare
+from mldiag_schemas.events import EventType, ProcessShare
 
 CONTENTION = (host_cpu_contention, io_contention, host_swapping, cpu_steal, accelerator_errors)
 GIB = 2**30
@@ -51,7 +52,7 @@ def test_a_neighbour_taking_the_cpu_is_named_with_its_share() -> None:
         "Other processes take the CPU the run needs on host-0, host-1, host-2 and host-3"
         " (4 of 4 hosts): 40% of the host's CPU on host-0 against 3% in the run's baseline,"
         " while the run's own share was 28% (baseline 45%); the top ones: python stress.py"
-        " (pid 4242) 37% of the host's CPU, gzip (pid 5150) 2% of the host's CPU"
+        " (pid 4242) 37% of the host's CPU, gzip (pid 5150) 2.5% of the host's CPU"
     )
     assert "host-0: the run's own processes 28% of the host's CPU, 45% in its baseline" in (
         report.evidence
@@ -172,7 +173,7 @@ def test_saturated_disks_with_others_traffic() -> None:
         "host-1: CPU waiting on I/O 34%",
         "host-1: busiest disk busy 97%",
         "host-1: disk reads 300.0 MiB/s, writes 60.0 MiB/s (16.4x the baseline 22.0 MiB/s)",
-        "host-1: top other processes: rsync (pid 777) 6% of the host's CPU",
+        "host-1: top other processes: rsync (pid 777) 6.0% of the host's CPU",
     ]
 
 
@@ -214,6 +215,25 @@ def test_swapping_from_a_noisy_neighbour() -> None:
     assert detected(report)
     assert "verdict: noisy-neighbour: other processes hold the memory" in report.details
     assert "host-0: top other processes: java (pid 3030) 41% of host memory" in report.evidence
+
+
+def test_in_a_memory_exhaustion_event_only_a_neighbour_outranks_the_symptom() -> None:
+    grown = quiet(
+        swap_io_bytes_per_second=40 * MIB,
+        run_memory_rss_bytes=30 * GIB,
+        run_memory_rss_baseline_bytes=12 * GIB,
+    )
+    full = {"host_0": {"contention": grown, "host_memory_utilization": 97.0}}
+    exhausted = event(EventType.HOST_RESOURCE_EXHAUSTION, "host-memory", ["host-0"])
+    analysis = analyze(exhausted, context(hosts(**full)), RUNBOOKS, NOW)
+    assert analysis.probable_cause == "host-memory-pressure"
+    assert report_of(analysis, "host-swapping").score == 0.45
+    java = ProcessShare(name="java", pid=3030, memory_percent=41.0)
+    crowded = quiet(swap_io_bytes_per_second=40 * MIB, top_processes=[java])
+    full = {"host_0": {"contention": crowded, "host_memory_utilization": 97.0}}
+    analysis = analyze(exhausted, context(hosts(**full)), RUNBOOKS, NOW)
+    assert analysis.probable_cause == "host-swapping"
+    assert "verdict: noisy-neighbour" in analysis.reports[0].details
 
 
 def test_swap_in_use_without_paging_or_memory_short_is_not_swapping() -> None:

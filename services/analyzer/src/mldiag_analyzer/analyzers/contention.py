@@ -55,7 +55,9 @@ STEAL_PERCENT = 10.0
 PCIE_COLLAPSE = 0.25
 """(proposed) A host's GPU PCIe throughput below this fraction of its peers' median."""
 TOP_NAMED = 3
-"""How many of the top other processes a report names."""
+"""How many of the top other processes a report names..."""
+TOP_MIN_PERCENT = 1.0
+"""...and the least share (of CPU or memory) worth naming one for."""
 
 XID_MEANINGS: dict[int, tuple[str, bool]] = {
     13: ("graphics engine exception (usually the application: an illegal instruction)", False),
@@ -93,7 +95,9 @@ def _rate(value: float) -> str:
 def host_share(value: float) -> str:
     """A CPU share with its unit: ``148% of one core`` cannot be said without the host's core
     count, which the context does not carry, so ``37% of the host's CPU``."""
-    return f"{percent(value)} of the host's CPU"
+    return (
+        f"{value:.1f}% of the host's CPU" if value < 10 else f"{percent(value)} of the host's CPU"
+    )
 
 
 def _sampled(inputs: Inputs) -> list[tuple[HostSnapshot, Contention]]:
@@ -102,7 +106,7 @@ def _sampled(inputs: Inputs) -> list[tuple[HostSnapshot, Contention]]:
 
 def _top_cpu(c: Contention) -> str:
     top = sorted(
-        (p for p in c.top_processes if p.cpu_percent is not None),
+        (p for p in c.top_processes if (p.cpu_percent or 0.0) >= TOP_MIN_PERCENT),
         key=lambda p: p.cpu_percent or 0.0,
         reverse=True,
     )[:TOP_NAMED]
@@ -111,7 +115,7 @@ def _top_cpu(c: Contention) -> str:
 
 def _top_memory(c: Contention) -> tuple[str, float]:
     top = sorted(
-        (p for p in c.top_processes if p.memory_percent is not None),
+        (p for p in c.top_processes if (p.memory_percent or 0.0) >= TOP_MIN_PERCENT),
         key=lambda p: p.memory_percent or 0.0,
         reverse=True,
     )
@@ -355,6 +359,45 @@ def io_contention(inputs: Inputs) -> Finding:
 # --- memory and swap ------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _SwapReading:
+    lines: list[str]
+    paging: bool
+    """Pages move now (not only held in swap)."""
+    own_growth: bool
+    neighbour: bool
+
+
+def _swap_reading(h: HostSnapshot, c: Contention, limit: float) -> _SwapReading | None:
+    """A host short of memory and swapping, in words, and who holds the memory; None when
+    it does not swap (pages held in swap count only while memory is at its limit)."""
+    paging = c.swap_io_bytes_per_second is not None and c.swap_io_bytes_per_second >= (
+        SWAP_IO_BYTES
+    )
+    short = h.host_memory_utilization is not None and h.host_memory_utilization >= limit
+    filled = c.swap_used_percent is not None and c.swap_used_percent >= SWAP_USED_PERCENT
+    if not paging and not (filled and short):
+        return None
+    lines = []
+    if c.swap_io_bytes_per_second is not None:
+        lines.append(f"{h.host}: swapping {_rate(c.swap_io_bytes_per_second)}")
+    if c.swap_used_percent is not None:
+        lines.append(f"{h.host}: swap {percent(c.swap_used_percent)} in use")
+    if h.host_memory_utilization is not None:
+        lines.append(f"{h.host}: memory {percent(h.host_memory_utilization)} in use")
+    growth = 0.0
+    if c.run_memory_rss_bytes is not None and c.run_memory_rss_baseline_bytes:
+        growth = c.run_memory_rss_bytes / c.run_memory_rss_baseline_bytes
+        lines.append(
+            f"{h.host}: the run's resident memory {_gib(c.run_memory_rss_bytes)},"
+            f" {growth:.2f}x its baseline {_gib(c.run_memory_rss_baseline_bytes)}"
+        )
+    top, held = _top_memory(c)
+    if top:
+        lines.append(f"{h.host}: top other processes: {top}")
+    return _SwapReading(lines, paging, growth >= OWN_GROWTH, held >= NEIGHBOUR_MEMORY_PERCENT)
+
+
 @analyzer("host-swapping", Layer.INFRASTRUCTURE, "host-contention.md")
 def host_swapping(inputs: Inputs) -> Finding:
     """The host swaps: whether the run itself grew (own growth) or other processes took the
@@ -367,41 +410,11 @@ def host_swapping(inputs: Inputs) -> Finding:
         return missing
     limit = inputs.threshold(RuleName.HOST_MEMORY, "utilizationPercent")
     sampled = _sampled(inputs)
-    swapping: dict[str, list[str]] = {}
-    active: set[str] = set()
-    own: set[str] = set()
-    neighbours: set[str] = set()
-    for h, c in sampled:
-        paging = c.swap_io_bytes_per_second is not None and c.swap_io_bytes_per_second >= (
-            SWAP_IO_BYTES
-        )
-        short = h.host_memory_utilization is not None and h.host_memory_utilization >= limit
-        filled = c.swap_used_percent is not None and c.swap_used_percent >= SWAP_USED_PERCENT
-        if not paging and not (filled and short):
-            continue
-        lines = []
-        if c.swap_io_bytes_per_second is not None:
-            lines.append(f"{h.host}: swapping {_rate(c.swap_io_bytes_per_second)}")
-        if c.swap_used_percent is not None:
-            lines.append(f"{h.host}: swap {percent(c.swap_used_percent)} in use")
-        if h.host_memory_utilization is not None:
-            lines.append(f"{h.host}: memory {percent(h.host_memory_utilization)} in use")
-        if c.run_memory_rss_bytes is not None and c.run_memory_rss_baseline_bytes:
-            growth = c.run_memory_rss_bytes / c.run_memory_rss_baseline_bytes
-            lines.append(
-                f"{h.host}: the run's resident memory {_gib(c.run_memory_rss_bytes)},"
-                f" {growth:.2f}x its baseline {_gib(c.run_memory_rss_baseline_bytes)}"
-            )
-            if growth >= OWN_GROWTH:
-                own.add(h.host)
-        top, held = _top_memory(c)
-        if top:
-            lines.append(f"{h.host}: top other processes: {top}")
-            if held >= NEIGHBOUR_MEMORY_PERCENT:
-                neighbours.add(h.host)
-        if paging:
-            active.add(h.host)
-        swapping[h.host] = lines
+    readings = {h.host: r for h, c in sampled if (r := _swap_reading(h, c, limit)) is not None}
+    swapping = {host: r.lines for host, r in readings.items()}
+    active = {host for host, r in readings.items() if r.paging}
+    own = {host for host, r in readings.items() if r.own_growth}
+    neighbours = {host for host, r in readings.items() if r.neighbour}
     if not swapping:
         io = [c.swap_io_bytes_per_second for _, c in sampled if c.swap_io_bytes_per_second]
         return not_found(
@@ -423,6 +436,10 @@ def host_swapping(inputs: Inputs) -> Finding:
         " sampled",
     }[verdict]
     placed = _placed(inputs, set(swapping), 0.8 if active else 0.6)
+    if inputs.event.type == EventType.HOST_RESOURCE_EXHAUSTION and verdict != "noisy-neighbour":
+        # The event is the memory shortage itself: swapping only details it (host-memory-
+        # pressure, 0.5, states it); another process holding the memory is a cause.
+        placed = _Placed(0.45, placed.words)
     evidence = [line for lines in swapping.values() for line in lines]
     actions = (
         [
