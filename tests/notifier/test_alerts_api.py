@@ -120,11 +120,10 @@ async def test_a_webhook_without_a_signing_secret_gets_one(
         (
             {
                 "displayName": "x",
-                "kind": "WEBHOOK",
-                "config": {"url": "http://h/"},
-                "name": "sneaky",
+                "kind": "SLACK",
+                "name": "output-only",
             },
-            "url",
+            "webhookUrl",
         ),
     ],
 )
