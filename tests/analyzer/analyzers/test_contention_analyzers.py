@@ -104,9 +104,37 @@ def test_busy_neighbours_with_cores_to_spare_are_not_contention() -> None:
     report = run(host_cpu_contention, *degradation(hosts(**_everywhere(contention=roomy))))
     assert not detected(report)
     assert report.details.startswith(
-        "Other processes took at most 30% of the host's CPU (on host-0) and the run's own"
-        " share did not fall for it (4 host(s) sampled;"
+        "Other processes took at most 30% of the host's CPU (on host-0), no more than before"
+        " or with cores to spare (4 host(s) sampled;"
     )
+
+
+def test_neighbours_as_busy_as_in_the_baseline_did_not_cause_a_slowdown() -> None:
+    steady = quiet(other_cpu_percent=60.0, other_cpu_baseline_percent=58.0, load_per_cpu=1.4)
+    report = run(host_cpu_contention, *degradation(hosts(**_everywhere(contention=steady))))
+    assert not detected(report)
+    # ...unless the run lost share to them
+    starved = quiet(
+        other_cpu_percent=60.0,
+        other_cpu_baseline_percent=58.0,
+        run_cpu_percent=30.0,
+        load_per_cpu=1.4,
+    )
+    report = run(host_cpu_contention, *degradation(hosts(**_everywhere(contention=starved))))
+    assert detected(report)
+    assert report.score == 0.9
+
+
+def test_without_a_baseline_a_busy_host_full_of_others_is_contention() -> None:
+    unknown = quiet(
+        other_cpu_percent=55.0,
+        other_cpu_baseline_percent=None,
+        run_cpu_baseline_percent=None,
+        load_per_cpu=1.2,
+    )
+    report = run(host_cpu_contention, *degradation(hosts(**_everywhere(contention=unknown))))
+    assert detected(report)
+    assert report.score == 0.82
 
 
 def test_a_quiet_host_rules_every_contention_cause_out() -> None:

@@ -215,19 +215,18 @@ def _cpu_reading(h: HostSnapshot, c: Contention) -> _CpuReading | None:
 
 
 def _cpu_contended(r: _CpuReading) -> bool:
-    """Others took more (in absolute terms, or against the baseline) while the run lost
-    share or had no room to grow (host full, or more runnable tasks than cores)."""
-    rose = r.others >= OTHERS_HIGH_PERCENT or (
-        r.others_baseline is not None and r.others - r.others_baseline >= OTHERS_RISE_POINTS
-    )
-    starved = r.run_fell or r.full or (r.load is not None and r.load > LOAD_PER_CPU)
-    return rose and starved
-
-
-def cpu_contended_hosts(inputs: Inputs) -> set[str]:
-    """Hosts where other processes take CPU the run needs (host-cpu-contention's verdict)."""
-    readings = (_cpu_reading(h, c) for h, c in _sampled(inputs))
-    return {r.host for r in readings if r is not None and _cpu_contended(r)}
+    """Other processes took more CPU than before — more than in the run's baseline, or a lot
+    while the run lost share (or a lot, with no baseline to compare) — and the host had no
+    core to spare (full, or more runnable tasks than cores). Neighbours that were as busy
+    in the baseline did not cause a change; a run whose share fell on a host with idle
+    cores fell for its own reasons (waiting on input, a collective)."""
+    high = r.others >= OTHERS_HIGH_PERCENT
+    if r.others_baseline is None:
+        rose = high
+    else:
+        rose = r.others - r.others_baseline >= OTHERS_RISE_POINTS or (high and r.run_fell)
+    no_room = r.full or (r.load is not None and r.load > LOAD_PER_CPU)
+    return rose and no_room
 
 
 @analyzer("host-cpu-contention", Layer.INFRASTRUCTURE, "host-contention.md")
@@ -240,11 +239,11 @@ def host_cpu_contention(inputs: Inputs) -> Finding:
     if not contended:
         top = max(readings, key=lambda r: r.others)
         return not_found(
-            f"Other processes took at most {host_share(top.others)} (on {top.host}) and the"
-            f" run's own share did not fall for it ({len(readings)} host(s) sampled; contention"
-            f" means others at or above {percent(OTHERS_HIGH_PERCENT)} or"
-            f" {OTHERS_RISE_POINTS:.0f} points above their baseline, while the run's share"
-            f" falls or the host is full)."
+            f"Other processes took at most {host_share(top.others)} (on {top.host}), no more"
+            f" than before or with cores to spare ({len(readings)} host(s) sampled; contention"
+            f" means others {OTHERS_RISE_POINTS:.0f} points above their baseline, or at or"
+            f" above {percent(OTHERS_HIGH_PERCENT)} while the run's share falls, on a host"
+            f" that is full or has more runnable tasks than cores)."
         )
     worst = max(contended, key=lambda r: r.others)
     flagged = {r.host for r in contended}
@@ -261,10 +260,8 @@ def host_cpu_contention(inputs: Inputs) -> Finding:
         )
     if worst.top:
         details += f"; the top ones: {worst.top}"
-    # Lost share plus a queue of runnable tasks is the clearest sign: the run is being starved.
-    starved = any(r.run_fell for r in contended) and any(
-        r.load is not None and r.load > LOAD_PER_CPU for r in contended
-    )
+    # The run losing share to them is the clearest sign: it is being starved, not idle.
+    starved = any(r.run_fell for r in contended)
     placed = _placed(inputs, flagged, 0.9 if starved else 0.82)
     evidence = [line for r in contended for line in r.evidence()]
     actions = [
