@@ -27,6 +27,7 @@ from mldiag_analyzer import handlers as analyzer_handlers
 from mldiag_event_detector import handlers as detector_handlers
 from mldiag_executor.handlers import dispatch_consumer
 from mldiag_ingestion import handlers as ingestion_handlers
+from mldiag_notifier import handlers as notifier_handlers
 from mldiag_platform import substrate
 from mldiag_platform.auth import (
     TokenDirectoryTampered,
@@ -40,6 +41,7 @@ from mldiag_platform.settings import NatsSettings
 from mldiag_run_registry.events import handlers as registry_events
 from mldiag_run_registry.heartbeats import handlers as registry_heartbeats
 from mldiag_run_registry.jobs import handlers as registry_jobs
+from mldiag_run_registry.logs import handlers as registry_logs
 from mldiag_run_registry.metrics import handlers as registry_metrics
 from mldiag_run_registry.profiles import handlers as registry_profiles
 from mldiag_run_registry.runs import handlers as registry_runs
@@ -73,10 +75,11 @@ REAL_CONSUMERS: dict[str, list[ConsumerSpec[Any]]] = {
         registry_jobs.JOBS_CONSUMER,
         registry_jobs.TUNING_CONSUMER,
         registry_jobs.TRIALS_CONSUMER,
+        registry_logs.LOGS_CONSUMER,
     ],
     "ingestion": [ingestion_handlers.INGEST_CONSUMER],
     "event-detector": detector_handlers.consumers(10),
-    "analyzer": [analyzer_handlers.EVENTS_CONSUMER],
+    "analyzer": [analyzer_handlers.EVENTS_CONSUMER, analyzer_handlers.UPDATES_CONSUMER],
     "xprof-provisioner": [
         captures_consumer(CaptureSettings()),
         provisioner_warm.SESSIONS_CONSUMER,
@@ -90,6 +93,11 @@ REAL_CONSUMERS: dict[str, list[ConsumerSpec[Any]]] = {
     ],
     # Two executors: the user is not tied to one executor's durable.
     "executor": [dispatch_consumer("local-a"), dispatch_consumer("local-b")],
+    "notifier": [
+        notifier_handlers.EVENTS_CONSUMER,
+        notifier_handlers.ANALYSES_CONSUMER,
+        notifier_handlers.RUNS_CONSUMER,
+    ],
 }
 
 

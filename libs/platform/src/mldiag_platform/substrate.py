@@ -110,6 +110,8 @@ SERVICES: tuple[BusUser, ...] = (
             # A tuning job's (a study's) run, and each trial's outcome on the trial's run.
             Consumes(bus.TRAINING, bus.REGISTRY_TUNING_DURABLE, "training.tuning.>"),
             Consumes(bus.TRAINING, bus.REGISTRY_TRIALS_DURABLE, "training.trial.>"),
+            # Workloads' log lines, stored for the run's logs.
+            Consumes(bus.TELEMETRY, bus.REGISTRY_LOGS_DURABLE, _one(bus.LOGS_RECEIVED)),
         ),
         # The console's live pages follow these on core NATS.
         listens=(_one(bus.CONSOLE_UPDATED), "runs.run.*.*", _one(bus.PROFILER_SESSION_CHANGED)),
@@ -125,6 +127,7 @@ SERVICES: tuple[BusUser, ...] = (
                 bus.HEARTBEAT_RECEIVED,
                 bus.SIGNAL_RECEIVED,
                 bus.CONFIGS_RECEIVED,
+                bus.LOGS_RECEIVED,
             )
         ),
         consumes=(Consumes(bus.TELEMETRY, bus.INGESTION_INGEST_DURABLE, _one(bus.METRICS_INGEST)),),
@@ -146,6 +149,8 @@ SERVICES: tuple[BusUser, ...] = (
             Consumes(bus.TELEMETRY, bus.DETECTOR_HEARTBEATS_DURABLE, _one(bus.HEARTBEAT_RECEIVED)),
             Consumes(bus.TELEMETRY, bus.DETECTOR_SIGNALS_DURABLE, _one(bus.SIGNAL_RECEIVED)),
             Consumes(bus.TELEMETRY, bus.DETECTOR_CONFIGS_DURABLE, _one(bus.CONFIGS_RECEIVED)),
+            # The telling log lines of each run, kept as evidence.
+            Consumes(bus.TELEMETRY, bus.DETECTOR_LOGS_DURABLE, _one(bus.LOGS_RECEIVED)),
             Consumes(bus.RUNS, bus.DETECTOR_RUNS_DURABLE, bus.RUNS.subjects[0]),
         ),
         declares_streams=True,
@@ -155,6 +160,8 @@ SERVICES: tuple[BusUser, ...] = (
         publishes=(_one(bus.ANALYSIS_COMPLETED), _one(bus.PROFILE_CAPTURE_REQUESTED)),
         consumes=(
             Consumes(bus.EVENTS, bus.ANALYZER_EVENTS_DURABLE, _one(bus.WORKLOAD_EVENT_OPENED)),
+            # An update carrying new context is analysed again.
+            Consumes(bus.EVENTS, bus.ANALYZER_UPDATES_DURABLE, _one(bus.WORKLOAD_EVENT_UPDATED)),
         ),
         declares_streams=True,
     ),
@@ -231,11 +238,11 @@ SERVICES: tuple[BusUser, ...] = (
         "notifier",
         # It publishes nothing: deliveries are its own records, kept in its database.
         consumes=(
-            Consumes(bus.EVENTS, bus.NOTIFIER_EVENTS_DURABLE, _one(bus.WORKLOAD_EVENT_OPENED)),
-            Consumes(bus.EVENTS, bus.NOTIFIER_EVENTS_DURABLE, _one(bus.WORKLOAD_EVENT_RESOLVED)),
+            # Opened and resolved (it skips updates) on one durable.
+            Consumes(bus.EVENTS, bus.NOTIFIER_EVENTS_DURABLE, bus.WORKLOAD_EVENTS + ".*.*"),
             Consumes(bus.ANALYSES, bus.NOTIFIER_ANALYSES_DURABLE, _one(bus.ANALYSIS_COMPLETED)),
             # Runs' project, run set and labels, which rules match on.
-            Consumes(bus.RUNS, bus.NOTIFIER_RUNS_DURABLE, bus.RUNS.subjects[0]),
+            Consumes(bus.RUNS, bus.NOTIFIER_RUNS_DURABLE, "runs.run.>"),
         ),
         # Its API authenticates callers against the token directory.
         tokens="read",
