@@ -205,6 +205,20 @@ def test_saturated_disks_with_others_traffic() -> None:
     ]
 
 
+def test_a_busy_disk_while_checkpoints_block_may_be_the_runs_own_saves() -> None:
+    writing = quiet(disk_busy_percent=99.0, disk_write_bytes_per_second=400 * MIB)
+    slowed, ctx = degradation(hosts(**_everywhere(contention=writing)), checkpoint_fraction=0.4)
+    report = run(io_contention, slowed, ctx)
+    assert detected(report)
+    assert report.score == 0.45
+    assert "the traffic may be the run's own saves" in report.details
+    analysis = analyze(slowed, ctx, RUNBOOKS, NOW)
+    assert analysis.probable_cause == "checkpoint-blocking"
+    stalled = event(EventType.CHECKPOINT_STALL, "checkpoint-stall")
+    analysis = analyze(stalled, ctx, RUNBOOKS, NOW)
+    assert analysis.probable_cause == "checkpoint-blocking"
+
+
 def test_a_busy_disk_in_a_hang_is_a_weaker_cause() -> None:
     waiting = quiet(cpu_iowait_percent=45.0)
     stuck, ctx = hang(**_everywhere(contention=waiting))

@@ -300,6 +300,15 @@ def _io_reading(h: HostSnapshot, c: Contention) -> tuple[list[str], bool] | None
     return lines, rose
 
 
+def _checkpointing(inputs: Inputs) -> bool:
+    """Whether the run's own checkpoints were blocking when the event opened."""
+    if inputs.event.type == EventType.CHECKPOINT_STALL:
+        return True
+    blocked = inputs.context.checkpoint_fraction if inputs.context else None
+    limit = inputs.threshold(RuleName.CHECKPOINT_STALL, "blockingFraction")
+    return blocked is not None and blocked >= limit
+
+
 @analyzer("io-contention", Layer.INFRASTRUCTURE, "host-contention.md")
 def io_contention(inputs: Inputs) -> Finding:
     """The host's disks are the bottleneck: CPUs wait on I/O, or the disk is busy far beyond
@@ -333,14 +342,20 @@ def io_contention(inputs: Inputs) -> Finding:
         )
     details = (
         f"The disks of {names(flagged)} are saturated ({of_hosts(len(flagged), len(sampled))}):"
-        " the run's reads and writes queue behind others"
+        " the run's reads and writes queue"
     )
-    if crowded:
+    strong = 0.78 if crowded else 0.68
+    if _checkpointing(inputs):
+        # The disk's traffic is not split by process: the run's own saves may be what fills
+        # it, which checkpoint-blocking names better.
+        details += "; checkpoints were blocking training at the time: the traffic may be the"
+        details += " run's own saves"
+        strong = 0.45
+    elif crowded:
         details += (
             f"; traffic on {names(crowded)} is {DISK_RISE:.0f}x or more the run's baseline:"
-            " another process (or a checkpoint) reads or writes there"
+            " another process reads or writes there"
         )
-    strong = 0.78 if crowded else 0.68
     if inputs.event.type == EventType.HANG:
         strong -= 0.2  # slow I/O slows a step; it rarely stops every host for good
     placed = _placed(inputs, set(flagged), strong)
