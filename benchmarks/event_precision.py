@@ -104,6 +104,8 @@ class Outcome:
     hit: dict[str, Any] | None = None
     false: list[dict[str, Any]] = field(default_factory=list)
     load_caused: list[dict[str, Any]] = field(default_factory=list)
+    load_started: datetime | None = None
+    """When the scenario's own load started (scenarios that bring one)."""
 
 
 @dataclass
@@ -196,6 +198,8 @@ def _classify(
 ) -> Outcome:
     scenario = launched.scenario
     outcome = Outcome(condition, repeat, scenario, launched.run_id)
+    if launched.bursts:
+        outcome.load_started = launched.bursts[0].started
     for event in sorted(events, key=lambda e: str(e["startTime"])):
         if event["type"] == scenario.event and outcome.hit is None:
             outcome.hit = event
@@ -278,12 +282,16 @@ def _fraction(part: int, whole: int) -> str:
     return f"{part}/{whole}" if whole else "-"
 
 
-def print_table(condition: str, outcomes: list[Outcome]) -> None:
-    """One line per event type of ``condition``, and a total."""
+def print_header() -> None:
+    """The columns of :func:`print_table`."""
     emit(
         f"{'condition':<9} {'event type':<28} {'expected':>8} {'hits':>5} {'cause ok':>8}"
         f" {'burner':>6} {'misses':>6} {'false':>5} {'load':>5} {'→ cpu':>6} {'→ burner':>8}"
     )
+
+
+def print_table(condition: str, outcomes: list[Outcome]) -> None:
+    """One line per event type of ``condition``, and a total."""
     rows = _rows(outcomes)
     total = Row()
     for row in rows.values():
@@ -300,10 +308,11 @@ def print_table(condition: str, outcomes: list[Outcome]) -> None:
         )
 
 
-def _describe(event: dict[str, Any]) -> str:
+def _describe(event: dict[str, Any], *, full: bool = False) -> str:
     report = top_report(event)
     cause = "no cause" if report is None else f"top cause {report['analyzer']}"
-    details = "" if report is None else f": {report.get('details', '')[:160]}"
+    said = "" if report is None else str(report.get("details", ""))
+    details = f": {said if full else said[:160]}"
     return (
         f"{event['type']} {event.get('displayName', '')!r} hosts={event.get('hosts')}"
         f" start={event['startTime']} state={event.get('state')}; {cause}{details}"
@@ -346,6 +355,13 @@ def print_goals(outcomes: list[Outcome]) -> None:
         where = f"{outcome.condition} #{outcome.repeat} {outcome.scenario.name} ({outcome.run_id})"
         if outcome.scenario.event is not None and outcome.hit is None:
             emit(f"miss  {where}: no {outcome.scenario.event}")
+        if outcome.hit is not None and outcome.scenario.load is not None:
+            report = top_report(outcome.hit)
+            if top_cause(outcome.hit) != outcome.scenario.top_cause or not report_names(
+                report, BURNER_NAME
+            ):
+                began = f"{outcome.load_started:%H:%M:%S}" if outcome.load_started else "never"
+                emit(f"cause {where}: load began {began}; {_describe(outcome.hit, full=True)}")
         for event in outcome.false:
             emit(f"false {where}: {_describe(event)}")
         for event in outcome.load_caused:
@@ -396,9 +412,11 @@ def main() -> None:
                 emit(
                     f"pass {condition} #{repeat}: {len(done)} runs, {len(ran)} bursts of load"
                     f" ({', '.join(f'{b.load.burners}x{b.load.seconds:.0f}s' for b in ran)}),"
-                    f" {time.monotonic() - started:.0f} s"
+                    f" {time.monotonic() - started:.0f} s, load average"
+                    f" {os.getloadavg()[0]:.1f}"
                 )
     emit()
+    print_header()
     for condition in conditions:
         print_table(condition, [o for o in outcomes if o.condition == condition])
     emit(

@@ -155,4 +155,4 @@ def test_scenario(platform: Platform, scenario: Scenario) -> None:
     if scenario.top_cause is not None:
         assert top_cause(event) == scenario.top_cause, event["analyzerReports"]
     if scenario.names is not None:
-        assert report_names(top_report(event), scenario.names), event["analyzerReports"]
+        assert report_names(top_report(event), scenario.names), top_report(event)
