@@ -12,6 +12,7 @@ from analyzer.analyzer_contexts import (
     detected,
     event,
     hang,
+    host,
     hosts,
     neighbour,
     quiet,
@@ -353,3 +354,15 @@ def test_a_pcie_collapse_on_the_straggler() -> None:
     report = run(accelerator_errors, *degradation(dull))
     assert detected(report)
     assert report.score == 0.45
+
+
+def test_evidence_of_a_large_run_names_the_worst_hosts_and_counts_the_rest() -> None:
+    snapshots = [
+        host(f"host-{i:03d}", contention=quiet(other_cpu_percent=20.0 + i / 10, load_per_cpu=1.5))
+        for i in range(300)
+    ]
+    report = run(host_cpu_contention, *degradation(snapshots))
+    assert detected(report)
+    assert len(report.hosts) == 300
+    assert report.evidence[0] == "host-299: other processes 50% of the host's CPU (baseline 3%)"
+    assert report.evidence[-1] == "... and 292 more host(s)"

@@ -58,6 +58,9 @@ TOP_NAMED = 3
 """How many of the top other processes a report names..."""
 TOP_MIN_PERCENT = 1.0
 """...and the least share (of CPU or memory) worth naming one for."""
+EVIDENCE_HOSTS = 8
+"""Evidence lists the numbers of this many hosts at most (the worst first where ranked); a
+run of thousands of hosts still names every host in ``hosts``."""
 
 XID_MEANINGS: dict[int, tuple[str, bool]] = {
     13: ("graphics engine exception (usually the application: an illegal instruction)", False),
@@ -124,6 +127,15 @@ def _top_memory(c: Contention) -> tuple[str, float]:
         for p in top[:TOP_NAMED]
     )
     return named, sum(p.memory_percent or 0.0 for p in top)
+
+
+def _evidence(by_host: dict[str, list[str]]) -> list[str]:
+    """The evidence lines of the first :data:`EVIDENCE_HOSTS` hosts, and how many more."""
+    shown = list(by_host.items())[:EVIDENCE_HOSTS]
+    lines = [line for _, host_lines in shown for line in host_lines]
+    if len(by_host) > len(shown):
+        lines.append(f"... and {len(by_host) - len(shown)} more host(s)")
+    return lines
 
 
 @dataclass(frozen=True)
@@ -263,7 +275,8 @@ def host_cpu_contention(inputs: Inputs) -> Finding:
     # The run losing share to them is the clearest sign: it is being starved, not idle.
     starved = any(r.run_fell for r in contended)
     placed = _placed(inputs, flagged, 0.9 if starved else 0.82)
-    evidence = [line for r in contended for line in r.evidence()]
+    ranked = sorted(contended, key=lambda r: r.others, reverse=True)
+    evidence = _evidence({r.host: r.evidence() for r in ranked})
     actions = [
         f"Stop or move the other processes on {names(flagged)} (`top -o %CPU`, `ps -o"
         " pid,pcpu,comm -p <pid>`), or ask the scheduler for exclusive nodes.",
@@ -359,7 +372,7 @@ def io_contention(inputs: Inputs) -> Finding:
     if inputs.event.type == EventType.HANG:
         strong -= 0.2  # slow I/O slows a step; it rarely stops every host for good
     placed = _placed(inputs, set(flagged), strong)
-    evidence = [line for lines in flagged.values() for line in lines]
+    evidence = _evidence(flagged)
     actions = [
         f"See who reads and writes on {names(flagged)} (`iotop -o`, `pidstat -d 1`) and move"
         " it elsewhere or give it a lower I/O priority (`ionice -c3`).",
@@ -452,7 +465,7 @@ def host_swapping(inputs: Inputs) -> Finding:
         # The event is the memory shortage itself: swapping only details it (host-memory-
         # pressure, 0.5, states it); another process holding the memory is a cause.
         placed = _Placed(0.45, placed.words)
-    evidence = [line for lines in swapping.values() for line in lines]
+    evidence = _evidence(swapping)
     actions = (
         [
             "Find what grows in the run (`tracemalloc`, data-loader workers, prefetch buffers,"
@@ -494,7 +507,9 @@ def cpu_steal(inputs: Inputs) -> Finding:
         " the virtual machine shares its physical cores"
     )
     placed = _placed(inputs, set(stolen), 0.75)
-    evidence = [f"{host}: CPU steal {host_share(value)}" for host, value in stolen.items()]
+    evidence = _evidence(
+        {host: [f"{host}: CPU steal {host_share(value)}"] for host, value in stolen.items()}
+    )
     actions = [
         "Move the run to dedicated or bare-metal instances (sole-tenant nodes), or to a less"
         " crowded machine type; ask the provider about the host.",
@@ -583,7 +598,7 @@ def accelerator_errors(inputs: Inputs) -> Finding:
     placed = _placed(inputs, set(flagged), strong, shared=0.5 if hardware else 0.35)
     if not reported and spread(inputs, flagged) == "specific":
         placed = _Placed(0.7, placed.words)
-    evidence = [line for lines in flagged.values() for line in lines]
+    evidence = _evidence(flagged)
     actions = [
         f"Run the vendor diagnostics on {names(hardware or flagged)} (`nvidia-smi -q -d"
         " ECC,PERFORMANCE`, `dcgmi diag -r 3`) and drain a host whose GPU fails them.",
