@@ -39,6 +39,7 @@ RUN = "run-logs-1"
 def test_the_sdk_s_limits_are_the_contract_s() -> None:
     assert (MAX_LINE_CHARS, MAX_BATCH_LINES) == (MAX_LOG_LINE_CHARS, MAX_LOG_LINES_PER_REQUEST)
     assert cut("short") == "short"
+    assert cut("a\x00b") == "a\ufffdb"
     long = cut("x" * (MAX_LINE_CHARS + 1))
     assert len(long) == MAX_LINE_CHARS and long.endswith("x" + CUT_MARK)
 

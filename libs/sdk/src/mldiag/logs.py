@@ -4,7 +4,8 @@
 and sends them from a thread of its own in batches: every ``flush_interval`` seconds, or
 as soon as ``batch_lines`` lines wait. A batch keeps its id through every retry (backoff
 doubling up to ``max_backoff``), so a retry that follows a lost answer is stored once. A
-line longer than the platform takes is cut, marked with a trailing ``…``. A full buffer
+line longer than the platform takes is cut, marked with a trailing ``…`` (and NUL, which it
+cannot store, becomes U+FFFD). A full buffer
 drops its oldest lines, counting them and warning once: a program that writes faster than
 the platform takes is never slowed. Lines are kept in memory only (no disk spool): what a
 dead platform never received by ``close`` is lost, and counted.
@@ -56,7 +57,11 @@ _Line = tuple[float, str, str, str, int | None]
 
 
 def cut(text: str) -> str:
-    """``text`` within ``MAX_LINE_CHARS``, marked with ``…`` when it was longer."""
+    """``text`` as the platform takes it: within ``MAX_LINE_CHARS`` (marked with ``…`` when
+    it was longer), NUL replaced by U+FFFD (no text column stores NUL, and one would cost
+    the whole batch its place)."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
     if len(text) <= MAX_LINE_CHARS:
         return text
     return text[: MAX_LINE_CHARS - len(CUT_MARK)] + CUT_MARK

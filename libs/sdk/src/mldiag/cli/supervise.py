@@ -20,6 +20,14 @@ exits with the program's status. It points ``$CLOUD_ML_HP_METRIC_FILE`` (unless 
 file beside the exit file and, on the chief, forwards each ``cloudml-hypertune`` report
 written there as a run metric (:mod:`mldiag.hypertune`). A platform that cannot be reached
 never holds or fails the replica: telemetry is spooled and the final flush is short.
+
+Every line the program writes (stdout and stderr) is also shipped to the run's logs
+(:class:`mldiag.logs.LogShipper`) with the host, the pid and the stream, beside two lines of
+mldiag's own (``SYSTEM``): ``started pid …`` and ``exited with status …`` (or ``killed by
+…``). A line redrawn with carriage returns (a progress bar) is shipped as a terminal shows
+it. The lines are flushed before the run's final state is set (and before a replica's exit
+file is written), bounded, so a run that has ended has its lines stored. ``--no-logs`` or
+``MLDIAG_LOGS=0`` turns shipping off.
 """
 
 from __future__ import annotations
@@ -30,12 +38,14 @@ import contextlib
 import json
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -48,6 +58,7 @@ from mldiag.cli.registry import _config_value, _key_value, _nest
 from mldiag.config import Settings, contention_interval, env_seconds
 from mldiag.control import ControlStatus, HttpRunControl, RunControl, RunPhase, RunSpec
 from mldiag.hypertune import METRIC_FILE_ENV, MetricFileForwarder, attempt_metric_file
+from mldiag.logs import STDERR, STDOUT, SYSTEM, LogShipper, ship_enabled
 from mldiag.process_tree import (
     PROCESS_RSS,
     RUN_ID_ENV,
@@ -90,6 +101,12 @@ _REPLICA_SHUTDOWN_SECONDS = 5.0
 _REPLICA_HEARTBEAT_SECONDS = 10.0
 _REPORTS_FLUSH_SECONDS = 2.0
 """Most seconds a replica's forwarded tuning reports may hold its exit file back."""
+_REPLICA_LOGS_FLUSH_SECONDS = 2.0
+"""Most seconds a replica's last lines may hold its exit file back (the executor reports
+the replica's end, and the job may end, once it is written)."""
+_SHIPPED_LINE_BYTES = 4 * 16_384
+"""Bytes kept of an unfinished line for shipping: enough for the longest line the platform
+takes (16,384 characters of up to 4 bytes); the shipper cuts what is longer."""
 _NEAR_LIMIT = 0.9
 _OOM_MARKERS = (
     "MemoryError",
@@ -171,6 +188,11 @@ def add_run_command(commands: argparse._SubParsersAction[argparse.ArgumentParser
         metavar="PATH",
         help="write how the program ended here (JSON, atomically) when it ends",
     )
+    parser.add_argument(
+        "--no-logs",
+        action="store_true",
+        help="do not ship the program's output to the run's logs [shipped unless $MLDIAG_LOGS=0]",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="do not print the run id")
     add_platform_options(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
@@ -241,6 +263,7 @@ def run_command(args: argparse.Namespace) -> int:
         interval=interval,
         created=control.answered if run.is_primary else None,
         exit_file=exit_file,
+        ship_logs=not args.no_logs and ship_enabled(os.environ),
     )
     return supervisor.run()
 
@@ -259,6 +282,7 @@ def _run_replica(args: argparse.Namespace, command: list[str], exit_file: Path |
         api_url=args.api_url,
         ingestion_url=args.ingestion_url,
         token=args.token,
+        ship_logs=not args.no_logs,
     )
 
 
@@ -292,6 +316,7 @@ def _replica(
     api_url: str | None = None,
     ingestion_url: str | None = None,
     token: str | None = None,
+    ship_logs: bool = True,
 ) -> int:
     run_id = run_id or os.environ.get(RUN_ID_ENV, "")
     if not replica or not run_id:
@@ -341,6 +366,7 @@ def _replica(
         hypertune=MetricFileForwarder(
             Path(os.environ[METRIC_FILE_ENV]), run.record, replica=replica, since=launched_at
         ),
+        ship_logs=ship_logs and ship_enabled(os.environ),
     )
     return supervisor.run()
 
@@ -479,8 +505,12 @@ class Supervisor:
         exit_file: Path | None = None,
         started: subprocess.Popen[bytes] | OSError | None = None,
         hypertune: MetricFileForwarder | None = None,
+        ship_logs: bool = False,
     ) -> None:
         self._run = run
+        self._ship_logs = ship_logs
+        self._logs: LogShipper | None = None
+        """The program's lines on their way to the run's logs (while it runs)."""
         self._hypertune = hypertune
         """A replica's tuning reports, forwarded while the program runs and once after."""
         self._started = started
@@ -524,11 +554,15 @@ class Supervisor:
             self._run.finish("FAILED", error=f"{name} before the program started", error_code=name)
             return 128 + self._stop_before_start
         oom_kills = oom_kill_count()
+        if self._ship_logs:
+            self._logs = self._open_logs()
         try:
             process = self._start()
         except OSError as error:
             print(f"mldiag run: cannot start {self._command[0]!r}: {error}", file=sys.stderr)
             status = 126 if isinstance(error, PermissionError) else 127
+            self._system_line(f"cannot start {self._command[0]!r}: {error}", None)
+            self._close_logs()
             write_exit_file(self._exit_file, status, f"cannot start {self._command[0]!r}: {error}")
             self._run.finish("FAILED", error=f"cannot start: {error}", error_code="exec_failed")
             return status
@@ -538,9 +572,22 @@ class Supervisor:
                 process.send_signal(late)
         assert process.stdout is not None  # noqa: S101  # both are pipes
         assert process.stderr is not None  # noqa: S101
+        self._system_line(f"started pid {process.pid}: {shlex.join(self._command)}", process.pid)
         pumps = (
-            OutputPump(process.stdout, sys.stdout, self._tail_lines, "stdout"),
-            OutputPump(process.stderr, sys.stderr, self._tail_lines, "stderr"),
+            OutputPump(
+                process.stdout,
+                sys.stdout,
+                self._tail_lines,
+                "stdout",
+                ship=self._shipping(STDOUT, process.pid),
+            ),
+            OutputPump(
+                process.stderr,
+                sys.stderr,
+                self._tail_lines,
+                "stderr",
+                ship=self._shipping(STDERR, process.pid),
+            ),
         )
         for pump in pumps:
             pump.start()
@@ -579,6 +626,9 @@ class Supervisor:
             returncode, oom_evidence=self._oom_evidence(oom_kills_before, stdout + stderr)
         )
         message = _last_chars(stderr or stdout, MAX_MESSAGE_CHARS) or _summary(report)
+        pid = self._process.pid if self._process is not None else None
+        self._system_line(_summary(report), pid)
+        self._close_logs()  # the lines are stored before anyone learns the program ended
         # First, so that whoever waits on it learns at once, however long the flush below.
         write_exit_file(self._exit_file, report.status, "" if report.succeeded else message)
         if report.succeeded:
@@ -593,6 +643,38 @@ class Supervisor:
         )
         self._run.finish("FAILED", error=message, error_code=report.code)
         return report.status
+
+    def _open_logs(self) -> LogShipper:
+        settings = self._run.settings
+        return LogShipper(
+            settings.ingestion_url,
+            self._run.run_id,
+            settings.token,
+            host=self._run.host,
+            request_timeout=settings.request_timeout,
+            max_backoff=min(settings.max_backoff, 10.0),
+        )
+
+    def _shipping(self, stream: str, pid: int) -> ShipLines | None:
+        """What a pump hands each batch of complete lines to (None: not shipping)."""
+        logs = self._logs
+        if logs is None:
+            return None
+        return partial(logs.write_many, stream=stream, pid=pid)
+
+    def _system_line(self, text: str, pid: int | None) -> None:
+        if self._logs is not None:
+            self._logs.write(text, SYSTEM, pid=pid)
+
+    def _close_logs(self) -> None:
+        """Flush the lines, bounded: a replica's executor waits on its exit file."""
+        logs, self._logs = self._logs, None
+        if logs is None:
+            return
+        limit = self._run.settings.shutdown_timeout
+        if self._exit_file is not None:
+            limit = min(limit, _REPLICA_LOGS_FLUSH_SECONDS)
+        logs.close(limit)
 
     def _early_stop(self) -> int | None:
         """The signal that came before the program had a pid (a handler sets it)."""
@@ -692,16 +774,33 @@ class Supervisor:
             self._received.append(_signal_name(signum))
 
 
+ShipLines = Callable[..., None]
+"""Takes complete lines (decoded, as a terminal shows them) and ``at=time.time()``."""
+
+
 class OutputPump:
     """Copies one of the program's pipes to our stream as it comes, keeping its last lines.
 
     Bytes pass unchanged (binary, partial lines, any encoding). Both pipes are read on
     threads of their own, so a program filling one never blocks on the other. When our
     stream is gone (``| head`` left), the pipe is still drained and the tail still kept.
+    With ``ship``, every line is also handed to it as it completes (the unfinished last one
+    when the pipe ends), decoded leniently, as a terminal shows it.
     """
 
-    def __init__(self, source: IO[bytes], sink: TextIO, keep: int, name: str) -> None:
+    def __init__(
+        self,
+        source: IO[bytes],
+        sink: TextIO,
+        keep: int,
+        name: str,
+        *,
+        ship: ShipLines | None = None,
+    ) -> None:
         self._source = source
+        self._ship = ship
+        self._unshipped = b""
+        """The unfinished line, for shipping (its beginning, or its last redraw)."""
         binary = getattr(sink, "buffer", None)
         self._binary: IO[bytes] | None = binary
         self._text: TextIO | None = None if binary is not None else sink
@@ -734,10 +833,15 @@ class OutputPump:
             while chunk := os.read(descriptor, _READ_CHUNK):
                 self._write(chunk)
                 self._remember(chunk)
+                if self._ship is not None:
+                    self._ship_lines(chunk)
         except OSError:
             pass  # the pipe broke: nothing more will come
         finally:
             self._source.close()
+            if self._ship is not None and self._unshipped:
+                self._ship([_shown(self._unshipped)], at=time.time())
+                self._unshipped = b""
 
     def _write(self, chunk: bytes) -> None:
         try:
@@ -757,6 +861,23 @@ class OutputPump:
             for line in complete[-self._keep :] if self._keep else []:
                 self._lines.append(_visible(line))
             self._partial = partial[-_MAX_LINE:]
+
+    def _ship_lines(self, chunk: bytes) -> None:
+        assert self._ship is not None  # noqa: S101  # the caller checks
+        *complete, unfinished = (self._unshipped + chunk).split(b"\n")
+        if complete:
+            self._ship([_shown(line) for line in complete], at=time.time())
+        redraw = unfinished.rfind(b"\r", 0, len(unfinished) - 1)
+        if redraw >= 0:  # a progress bar redrawing itself: only its last state shows
+            unfinished = unfinished[redraw + 1 :]
+        self._unshipped = unfinished[:_SHIPPED_LINE_BYTES]
+
+
+def _shown(line: bytes) -> str:
+    """What a terminal shows of a complete line, as text (undecodable bytes replaced)."""
+    if b"\r" in line:
+        line = line.rstrip(b"\r").rsplit(b"\r", 1)[-1]
+    return line[:_SHIPPED_LINE_BYTES].decode("utf-8", "replace")
 
 
 def _visible(line: bytes) -> bytes:
