@@ -1,4 +1,5 @@
-"""analyzer's bus consumer: the only module that knows about the bus."""
+"""analyzer's bus consumers (opened events, and updates that bring new evidence): the only
+module that knows about the bus."""
 
 from mldiag_analyzer.service import AnalyzerService
 from mldiag_platform.bus import ConsumerSpec, Delivery

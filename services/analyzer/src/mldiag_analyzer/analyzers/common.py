@@ -25,7 +25,8 @@ HEARTBEAT_GRACE = 2.0
 
 @dataclass(frozen=True)
 class Inputs:
-    """What an analyzer looks at: the event and the run's signals when it opened."""
+    """What an analyzer looks at: the event and the run's signals when it opened (or when an
+    update brought new evidence)."""
 
     event: WorkloadEvent
     context: RunContext | None
