@@ -132,7 +132,7 @@ async def test_an_opened_event_carries_its_top_cause_signed_and_its_resolution_f
     assert body["run"]["displayName"] == "Run r1"
     assert body["rule"] == "to-hook"
     assert body["link"] == (
-        f"http://mldiag.example:8080/console/#/runs/r1/events?event={event.event_id}"
+        f"http://mldiag.example:8080/console/#/runs/r1/events/{event.event_id}"
     )
     assert body["summary"].startswith("OPEN · ")
 
@@ -374,7 +374,7 @@ async def test_email_arrives_at_an_smtp_server(
     assert str(mail["Subject"]).startswith("OPEN · ")
     text = mail.get_content()
     assert "Top cause (host-cpu-contention): another process took 80% of the CPUs" in text
-    assert f"events?event={event.event_id}" in text
+    assert f"/events/{event.event_id}" in text
 
 
 async def test_slack_alertmanager_and_apprise_speak_their_formats(

@@ -39,8 +39,9 @@ ATTEMPTS = Counter(
 
 
 def console_link(public_url: str, run_id: str, event_id: uuid.UUID) -> str:
-    """The event in the console: its run's events tab with the event selected."""
-    return f"{public_url.rstrip('/')}/console/#/runs/{run_id}/events?event={event_id}"
+    """The event in the console (``#/runs/<run>/events/<event>``: the run's events tab with
+    the event picked)."""
+    return f"{public_url.rstrip('/')}/console/#/runs/{run_id}/events/{event_id}"
 
 
 def summary(
