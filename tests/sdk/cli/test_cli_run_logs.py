@@ -6,12 +6,14 @@ between mldiag's own ``started`` and ``exited`` lines; replicas ship too; ``--no
 import asyncio
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from mldiag.cli import replica_launcher
 from mldiag.cli.supervise import OutputPump
 from mldiag_platform.settings import NatsSettings
 from mldiag_schemas.bus import LOGS_RECEIVED
@@ -110,25 +112,25 @@ async def test_the_program_s_lines_reach_the_bus_between_mldiag_s_own(
 
 
 @pytest.mark.connected
+@pytest.mark.parametrize("launcher", ["mldiag run --replica", "replica_launcher.py"])
 async def test_a_replica_ships_as_itself_and_keeps_its_output(
-    platform_apps: Platform, nats_settings: NatsSettings, tmp_path: Path
+    platform_apps: Platform, nats_settings: NatsSettings, tmp_path: Path, launcher: str
 ) -> None:
-    run_id = "777002"
+    run_id = "777002" if launcher.startswith("mldiag") else "777003"
     exit_file = tmp_path / "exit.json"
     program = _program('print("replica says hi")')
+    options = ["--replica", "workerpool0-1", "--exit-file", str(exit_file)]
+    if launcher.startswith("mldiag"):
+        argv = _wrapper(*options, "--interval", "0", "--", *program)
+    else:  # how the executor starts a replica: the launcher file, the program first
+        argv = [sys.executable, replica_launcher.__file__, *options, "--", *program]
+    environment = {
+        **_environment(platform_apps, tmp_path),
+        "MLDIAG_RUN_ID": run_id,
+        "MLDIAG_SYSTEM_METRICS_INTERVAL": "0",
+    }
     done = await asyncio.to_thread(
-        _wrapped,
-        platform_apps,
-        tmp_path,
-        "--replica",
-        "workerpool0-1",
-        "--exit-file",
-        str(exit_file),
-        "--interval",
-        "0",
-        "--",
-        *program,
-        MLDIAG_RUN_ID=run_id,
+        subprocess.run, argv, env=environment, capture_output=True, timeout=WRAPPER_TIMEOUT
     )
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout == b"replica says hi\n"  # the replica's log file gets it as before
