@@ -109,16 +109,25 @@ def recompilation(run: mldiag.Run) -> None:
 
 
 def straggler(run: mldiag.Run) -> None:
-    """Host 2 of 3 becomes 80% slower after step 25."""
+    """Host 2 of 3 becomes 80% slower after 2.5 s, for the rest of the run's 20 s: a
+    straggler must last 10 s (the default materiality) while its peers still run."""
     slow = _host() == 2
-    _steps(run, lambda step: 0.05 * (1.8 if slow and step > 25 else 1.0))
+    begun = time.monotonic()
+    step = 0
+    while time.monotonic() - begun < 20:
+        step += 1
+        started = time.perf_counter()
+        late = time.monotonic() - begun > 2.5
+        time.sleep(0.05 * (1.8 if slow and late else 1.0))
+        run.log({"step_time": time.perf_counter() - started}, step=step)
 
 
 def slowdown(run: mldiag.Run) -> None:
     """Every host's steps take three times as long after step 30 (after a few seconds of
-    initialisation, while the other scenarios' start-up is over)."""
+    initialisation, while the other scenarios' start-up is over), for about 15 s: longer
+    than a slowdown must last to be an event (10 s by default)."""
     time.sleep(4)
-    _steps(run, lambda step: 0.03 * (3.0 if step > 30 else 1.0))
+    _steps(run, lambda step: 0.03 * (3.0 if step > 30 else 1.0), steps=200)
 
 
 def hang(run: mldiag.Run) -> None:
@@ -153,8 +162,9 @@ def host_memory(run: mldiag.Run) -> None:
 
 
 def input_stall(run: mldiag.Run) -> None:
-    """Each step waits on input for about 60% of its time."""
-    for step in range(1, 30):
+    """Each step waits on input for about 60% of its time, for about 15 s (a stall must
+    last 10 s to be an event by default)."""
+    for step in range(1, 300):
         started = time.perf_counter()
         with run.data_wait():
             time.sleep(0.03)
