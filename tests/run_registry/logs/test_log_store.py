@@ -251,8 +251,8 @@ async def test_every_query_answers_what_a_brute_force_filter_of_the_lines_does(
     monkeypatch.setattr(logs_service, "SCAN_BUDGET_LINES", 40)
     rng = random.Random(17)
     stored: list[LogLine] = []
-    for _ in range(25):
-        lines = _random_lines(rng, rng.randrange(1, 30))
+    for _ in range(18):
+        lines = _random_lines(rng, rng.randrange(1, 24))
         stored += lines
         await store.service.store([batch("run-a", lines)])
 
@@ -267,7 +267,7 @@ async def test_every_query_answers_what_a_brute_force_filter_of_the_lines_does(
         {"grep": "é", "since": (T0 + timedelta(seconds=10)).isoformat(), "minSeverity": "INFO"},
     ]
     for params in queries:
-        for size in (1, 9, 1000):
+        for size in (4, 1000):
             got = await read_all(store.api, "run-a", page_size=size, **params)
             want = [li for li in stored if _wanted(li, params)]
             got_keys = [

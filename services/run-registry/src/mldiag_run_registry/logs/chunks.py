@@ -101,9 +101,5 @@ def chunks_of(run_id: str, batch_id: uuid.UUID, lines: list[LogLine]) -> list[Ch
 def decode(body: bytes, first_time: datetime) -> Lines:
     """A chunk body's lines."""
     columns = json.loads(zlib.decompress(body))
-    times = []
-    now = to_micros(first_time)
-    for delta in columns["t"]:
-        now += delta
-        times.append(now)
+    times = list(itertools.accumulate(columns["t"], initial=to_micros(first_time)))[1:]
     return Lines(times, columns["s"], columns["p"], columns["i"], columns["x"])

@@ -23,7 +23,7 @@ ON CONFLICT (run_id, batch_id, part) DO NOTHING
 # line, from the keyset position ($3, $4, $5) on; `$6`… narrow by host, stream, severity
 # and time window. Walks log_chunks_by_time; the other conditions filter its rows.
 _WALK_SQL = """
-SELECT batch_id, part, host, stream, first_time, body FROM log_chunks
+SELECT batch_id, part, host, stream, first_time, line_count, body FROM log_chunks
 WHERE run_id = $1 AND last_time >= $2
   AND (first_time, batch_id, part) > ($3, $4, $5)
   AND ($6::text IS NULL OR host = $6)
@@ -56,6 +56,7 @@ class StoredChunk:
     host: str
     stream: str
     first_time: datetime
+    line_count: int
     body: bytes
 
 
@@ -122,6 +123,7 @@ class LogsRepository:
                 row["host"],
                 row["stream"],
                 row["first_time"],
+                row["line_count"],
                 row["body"],
             )
             for row in rows

@@ -8,9 +8,10 @@ lines past its place in the order of their first line and merges them: a line is
 only once no chunk still unread can hold an earlier one.
 """
 
+import heapq
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,6 +22,7 @@ from mldiag_platform.errors import InvalidPageToken
 from mldiag_platform.listing.paging import decode_token, encode_token, page_size, token_int
 from mldiag_run_registry.logs.chunks import (
     SEVERITIES,
+    Lines,
     chunks_of,
     decode,
     from_micros,
@@ -49,7 +51,8 @@ MAX_PAGE_SIZE = 10_000
 MAX_GREP_CHARS = 1000
 """Longest ``grep`` accepted: a bound on what one pattern can cost per line."""
 WALK_CHUNKS = 64
-"""Chunks read per query while a page fills."""
+"""Chunks read per query at most while a page fills (the first query reads 4, each next one
+twice as many)."""
 SCAN_BUDGET_LINES = 2_000_000
 """Lines a page reads at most; past it the page ends early, its cursor past what was read,
 so a search through a long run answers in parts instead of holding a request for long."""
@@ -155,41 +158,77 @@ def _place(token: str) -> Place:
     return place
 
 
+# A pattern without anchors or lookarounds matches a line exactly when it matches that line
+# inside the chunk's lines joined by newlines (a newline is a non-word character, as the
+# ends of a string are to `\b`), so one search of the joined texts skips most chunks.
+_LINE_BOUND = re.compile(r"[$^]|\\[AZz]|\(\?")
+
+
 @dataclass(frozen=True)
 class _Line:
     place: Place
-    fields: dict[str, Any]
+    chunk: StoredChunk
+    lines: Lines
+
+    def fields(self) -> dict[str, Any]:
+        index, lines = self.place[3], self.lines
+        return {
+            "time": from_micros(self.place[0]),
+            "host": self.chunk.host,
+            "stream": self.chunk.stream,
+            "severity": SEVERITIES[lines.severities[index]],
+            "text": lines.texts[index],
+            "process_index": lines.processes[index],
+            "pid": lines.pids[index],
+        }
 
 
-def _matching(chunk: StoredChunk, after: Place, query: LogQuery) -> tuple[list[_Line], int]:
-    """The lines of ``chunk`` past ``after`` that ``query`` wants, and how many it holds."""
+def _matching(chunk: StoredChunk, after: Place, query: LogQuery) -> Iterator[_Line]:
+    """The lines of ``chunk`` past ``after`` that ``query`` wants, in order, found as they
+    are asked for (a page often needs only the first few of a chunk)."""
     lines = decode(chunk.body, chunk.first_time)
+    grep = query.grep
+    if (
+        grep is not None
+        and _LINE_BOUND.search(grep.pattern) is None
+        and grep.search("\n".join(lines.texts)) is None
+    ):
+        return
     batch = chunk.batch_id.hex
     since = _EARLIEST if query.since is None else to_micros(query.since)
     until = None if query.until is None else to_micros(query.until)
     floor = 0 if query.min_severity is None else SEVERITY_ORDER[query.min_severity]
-    grep = query.grep
-    found = []
     for index, time in enumerate(lines.times):
         if time < since or (until is not None and time > until):
             continue
         place = (time, batch, chunk.part, index)
         if place <= after or lines.severities[index] < floor:
             continue
-        text = lines.texts[index]
-        if grep is not None and grep.search(text) is None:
+        if grep is not None and grep.search(lines.texts[index]) is None:
             continue
-        fields = {
-            "time": from_micros(time),
-            "host": chunk.host,
-            "stream": chunk.stream,
-            "severity": SEVERITIES[lines.severities[index]],
-            "text": text,
-            "process_index": lines.processes[index],
-            "pid": lines.pids[index],
-        }
-        found.append(_Line(place, fields))
-    return found, len(lines.times)
+        yield _Line(place, chunk, lines)
+
+
+class _Merge:
+    """The lines of the chunks read so far, merged in order (each chunk's are in order)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[Place, _Line, Iterator[_Line]]] = []
+
+    def add(self, lines: Iterator[_Line]) -> None:
+        first = next(lines, None)
+        if first is not None:
+            heapq.heappush(self._heap, (first.place, first, lines))
+
+    def take(self, count: int, before: int | None) -> list[_Line]:
+        """Up to ``count`` lines, the earliest first, all before time ``before`` (if set)."""
+        taken: list[_Line] = []
+        heap = self._heap
+        while heap and len(taken) < count and (before is None or heap[0][0][0] < before):
+            _, line, rest = heapq.heappop(heap)  # places are unique: lines never compare
+            taken.append(line)
+            self.add(rest)
+        return taken
 
 
 class LogsService:
@@ -234,7 +273,7 @@ class LogsService:
         ended = run.end_time is not None and datetime.now(UTC) - run.end_time > ENDED_GRACE
         token = "" if at_end and ended else _token(place)
         return ListLogsResponse.model_validate(
-            {"entries": [line.fields for line in page], "next_page_token": token}
+            {"entries": [line.fields() for line in page], "next_page_token": token}
         )
 
     async def _page(
@@ -252,31 +291,24 @@ class LogsService:
             until=query.until,
         )
         page: list[_Line] = []
-        pending: list[_Line] = []
+        merge = _Merge()
         walked = _WALK_START
         scanned = 0
+        # a follower's page needs a few chunks; a search doubles that up to WALK_CHUNKS
+        walk = min(4, WALK_CHUNKS)
         while True:
-            chunks = await self._repository.walk(where, walked, WALK_CHUNKS)
-            exhausted = len(chunks) < WALK_CHUNKS
+            chunks = await self._repository.walk(where, walked, walk)
+            exhausted = len(chunks) < walk
+            walk = min(walk * 2, WALK_CHUNKS)
             for chunk in chunks:
-                found, count = _matching(chunk, after, query)
-                pending += found
-                scanned += count
+                merge.add(_matching(chunk, after, query))
+                scanned += chunk.line_count
             if chunks:
                 last = chunks[-1]
                 walked = (last.first_time, last.batch_id, last.part)
             # No chunk still unread holds a line before the last one read starts.
             boundary = None if exhausted else to_micros(walked[0])
-            pending.sort(key=lambda line: line.place)
-            ready = len(pending)
-            if boundary is not None:
-                ready = next(
-                    (i for i, line in enumerate(pending) if line.place[0] >= boundary),
-                    len(pending),
-                )
-            taken = min(ready, size - len(page))
-            page += pending[:taken]
-            del pending[:taken]
+            page += merge.take(size - len(page), boundary)
             if len(page) == size:
                 return page, page[-1].place, False
             if boundary is None:
