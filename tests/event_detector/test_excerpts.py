@@ -87,6 +87,24 @@ def test_a_python_traceback_split_over_batches_is_one_excerpt() -> None:
     assert not feed.state.excerpts[0].open
 
 
+def test_a_deep_traceback_keeps_its_head_and_the_frames_nearest_the_exception() -> None:
+    feed = Feed()
+    frames = [
+        line
+        for depth in range(100)
+        for line in (f'  File "/app/tree.py", line {depth}, in visit', "    return visit(node)")
+    ]
+    error = "RecursionError: maximum recursion depth exceeded"
+    long = "x" * 5000
+    feed.send(feed.logs(*_lines(feed, [TRACEBACK[0], *frames, error, long], pid=3)))
+    [deep] = feed.state.excerpts  # the long line after it tells nothing: not kept
+    assert len(deep.lines) == 40
+    assert deep.lines[:20] == [TRACEBACK[0], *frames[:19]]
+    assert deep.lines[20:] == [*frames[-19:], error]
+    feed.send(feed.logs(*_lines(feed, [f"CUDA out of memory. {long}"], pid=4)))
+    assert len(feed.state.excerpts[-1].lines[0]) == 1000
+
+
 def test_a_chained_exception_stays_one_traceback() -> None:
     feed = Feed()
     chained = [

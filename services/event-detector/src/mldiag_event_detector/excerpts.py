@@ -15,7 +15,13 @@ from datetime import timedelta
 
 from mldiag_event_detector.book import EventBook
 from mldiag_event_detector.context import EXCERPTS_BEFORE
-from mldiag_event_detector.state import MAX_EXCERPT_LINES, MAX_EXCERPTS, Excerpt, RunState
+from mldiag_event_detector.state import (
+    MAX_EXCERPT_LINE_CHARS,
+    MAX_EXCERPT_LINES,
+    MAX_EXCERPTS,
+    Excerpt,
+    RunState,
+)
 from mldiag_schemas.events import EventType
 from mldiag_schemas.logs import SEVERITY_ORDER, LogLine, LogLinesReceived, LogSeverity
 
@@ -158,7 +164,7 @@ def _new(kind: str, line: LogLine, *, open_: bool = False) -> Excerpt:
         pid=line.pid,
         time=line.time,
         last_time=line.time,
-        lines=[line.text.strip() if kind != TRACEBACK else line.text.rstrip()],
+        lines=[_quoted(line)],
         open=open_,
     )
 
@@ -166,12 +172,19 @@ def _new(kind: str, line: LogLine, *, open_: bool = False) -> Excerpt:
 def _append(excerpt: Excerpt, line: LogLine) -> Excerpt:
     excerpt.last_time = max(excerpt.last_time, line.time)
     if len(excerpt.lines) < MAX_EXCERPT_LINES:
-        excerpt.lines.append(line.text.rstrip())
+        excerpt.lines.append(_quoted(line))
     elif excerpt.open:
         # A deep stack: keep its head and the frames nearest the exception.
         excerpt.lines[MAX_EXCERPT_LINES // 2 : -1] = excerpt.lines[MAX_EXCERPT_LINES // 2 + 1 :]
-        excerpt.lines[-1] = line.text.rstrip()
+        excerpt.lines[-1] = _quoted(line)
     return excerpt
+
+
+def _quoted(line: LogLine) -> str:
+    text = line.text.rstrip()
+    if len(text) > MAX_EXCERPT_LINE_CHARS:
+        return text[: MAX_EXCERPT_LINE_CHARS - 1] + "…"
+    return text
 
 
 def _keep(state: RunState, excerpt: Excerpt) -> Excerpt:

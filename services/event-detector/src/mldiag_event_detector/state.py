@@ -36,6 +36,9 @@ MAX_EXCERPTS = 8
 MAX_EXCERPT_LINES = 40
 """Lines quoted per excerpt."""
 
+MAX_EXCERPT_LINE_CHARS = 1000
+"""Characters quoted per line (a line may hold 16 KiB; the state must stay small)."""
+
 WINDOW = 64
 """Recent values kept per signal and host: enough for every default window."""
 
