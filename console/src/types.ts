@@ -341,3 +341,22 @@ export interface TestChannelResponse {
   error: string;
   delivery: NotificationDelivery | null;
 }
+
+export type LogStream = "STDOUT" | "STDERR" | "OTLP" | "SYSTEM";
+
+export type LogSeverity = "DEFAULT" | "DEBUG" | "INFO" | "WARNING" | "ERROR" | "CRITICAL";
+
+export interface LogEntry {
+  time: string;
+  host: string;
+  stream: LogStream;
+  severity: LogSeverity;
+  text: string;
+  processIndex: number | null;
+  pid: number | null;
+}
+
+export interface ListLogsResponse {
+  entries?: LogEntry[];
+  nextPageToken?: string;
+}

@@ -15,6 +15,7 @@ import type { GoodputResponse, ProcessHeartbeat, Run, RunUpdate } from "../types
 import { errorBox, labelChips, stateBadge } from "../ui";
 import { configsTab } from "./configs";
 import { eventsTab } from "./events";
+import { logsPanel } from "./logs";
 import { metricsTab } from "./metrics";
 import { overviewTab } from "./overview";
 import { profilesTab } from "./profiles";
@@ -52,7 +53,8 @@ const TAB_RENDERERS: Record<Tab, (view: RunView, scope: Scope, query: URLSearchP
   overview: overviewTab,
   metrics: metricsTab,
   configs: configsTab,
-  events: eventsTab,
+  // the run's log lines beside its events: the evidence next to what was detected
+  events: (view, scope, query) => h("div", { class: "events-with-logs" }, eventsTab(view, scope, query), logsPanel(view, scope, query)),
   profiles: profilesTab,
 };
 
