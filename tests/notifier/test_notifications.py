@@ -2,6 +2,7 @@
 dead deliveries, one notification whatever redelivers it, grouping, the hourly limit,
 routing, and every channel kind."""
 
+import math
 import time
 import uuid
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ from mldiag_schemas.analyses import (
 )
 from mldiag_schemas.events import (
     EventType,
+    Evidence,
     Severity,
     WorkloadEvent,
     WorkloadEventOpened,
@@ -131,9 +133,7 @@ async def test_an_opened_event_carries_its_top_cause_signed_and_its_resolution_f
     assert body["timeLostSeconds"] == 120.0
     assert body["run"]["displayName"] == "Run r1"
     assert body["rule"] == "to-hook"
-    assert body["link"] == (
-        f"http://mldiag.example:8080/console/#/runs/r1/events/{event.event_id}"
-    )
+    assert body["link"] == (f"http://mldiag.example:8080/console/#/runs/r1/events/{event.event_id}")
     assert body["summary"].startswith("OPEN · ")
 
     # Updates are not notified; the resolution is.
@@ -146,6 +146,21 @@ async def test_an_opened_event_carries_its_top_cause_signed_and_its_resolution_f
     assert second["summary"].startswith("RESOLVED · ")
     await settle(0.5)
     assert len(receiver.on("/hook")) == 2
+
+
+async def test_an_event_whose_evidence_holds_nan_is_notified(
+    notifier_api: httpx.AsyncClient,
+    notifier_db: asyncpg.Pool,
+    publisher: Publisher,
+    receiver: Receiver,
+) -> None:
+    await known_run(publisher, notifier_db, make_run("r1"))
+    await webhook(notifier_api, receiver)
+    event = make_event("r1", event_type=EventType.NUMERICAL_INSTABILITY)
+    event = event.model_copy(update={"evidence": Evidence(metric="loss", first_bad_value=math.nan)})
+    await publisher.publish(WorkloadEventOpened(event=event))
+    [request] = await wait_until(lambda: _async(receiver.on("/hook")))
+    assert b'"firstBadValue":NaN' in request.body
 
 
 async def test_without_an_analysis_it_goes_after_the_wait(

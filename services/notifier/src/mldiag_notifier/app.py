@@ -1,5 +1,6 @@
 """Assembling the notifier: the one place its parts are wired together."""
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -21,6 +22,15 @@ from mldiag_platform.http import HealthCheck, create_http_app
 SERVICE = "notifier"
 
 
+def quiet_senders() -> None:
+    """Keep the HTTP client's and Apprise's own records out of the log: they name the URLs
+    they call, and a Slack webhook's or an Apprise URL is the secret itself. Attempts are
+    logged by the dispatcher, with the secrets scrubbed."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpcore").setLevel(logging.WARNING)
+    logging.getLogger("apprise").setLevel(logging.CRITICAL)
+
+
 def create_app(settings: NotifierSettings | None = None) -> FastAPI:
     """Build the notifier app; connections open in its lifespan, not here."""
     settings = settings or NotifierSettings()
@@ -28,6 +38,7 @@ def create_app(settings: NotifierSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        quiet_senders()
         # Read first, so a bad key stops the service before it touches anything.
         box = SecretBox(load_key(settings.secret_key.get_secret_value(), settings.key_file))
         async with AsyncExitStack() as stack:

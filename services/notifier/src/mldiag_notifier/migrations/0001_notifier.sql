@@ -59,7 +59,8 @@ CREATE TABLE deliveries (
     kind text NOT NULL,
     run_id text NOT NULL DEFAULT '',
     event_id uuid,
-    event jsonb,
+    -- The event as it came, in text: its evidence may hold NaN, which jsonb refuses.
+    event text,
     state text NOT NULL,
     attempts integer NOT NULL DEFAULT 0,
     last_error text NOT NULL DEFAULT '',
