@@ -4,14 +4,16 @@
 """Alert latency, end to end: the detector opens an event → the webhook receives its
 notification.
 
-Run: ``.venv/bin/python benchmarks/alert_latency.py [--events N] [--gap SECONDS]``
+Run: ``.venv/bin/python benchmarks/alert_latency.py [--events N] [--gap SECONDS]
+[--kind spike|nan]``
 
 Stack: the whole platform as ``mldiag up --detach`` runs it, in a temporary home on free
 ports (``tests/stacks.py``), with a webhook channel and a rule routing NUMERICAL_INSTABILITY
 to a receiver in this process (``tests/e2e/webhook.py``, which checks every signature).
 
-N runs (default 50) each write a NaN loss through the edge, ``--gap`` seconds apart (default
-0.2, so each event is measured on its own, not behind a burst). The clock starts when the
+N runs (default 50) each write a loss that spikes (12 steady steps, then 100 times the median;
+``--kind nan``: a NaN loss) through the edge, ``--gap`` seconds apart (default 0.2, so each
+event is measured on its own, not behind a burst). The clock starts when the
 detector published the event's ``WorkloadEventOpened`` (its envelope's ``occurred_at``, read
 off the bus as the operator) and stops when the receiver has the OPENED notification. The
 notifier holds an opened event's notification until its analysis arrives (usually tens of
@@ -37,6 +39,7 @@ import httpx
 import nats
 from _support import emit, percentile
 
+from mldiag_schemas.analyses import AnalysisCompleted
 from mldiag_schemas.events import WorkloadEventOpened
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"
@@ -48,13 +51,15 @@ GOAL_P95 = 1.0
 
 
 class OpenedOnTheBus:
-    """Every WorkloadEventOpened of the stack, by event id: when the detector published it."""
+    """Every WorkloadEventOpened of the stack, by event id: when the detector published it
+    (and when the analyzer published the event's analysis)."""
 
     def __init__(self, stack: Stack) -> None:
         kept = json.loads((stack.home / "secrets" / "substrate.json").read_text())
         self._url = str(stack.component("nats")["url"])
         self._password = kept["nats-operator"]
         self.published: dict[str, float] = {}
+        self.analysed: dict[str, float] = {}
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -79,7 +84,13 @@ class OpenedOnTheBus:
             opened = WorkloadEventOpened.model_validate_json(message.data)
             self.published[str(opened.event.event_id)] = opened.occurred_at.timestamp()
 
+        async def on_analysis(message: Any) -> None:
+            completed = AnalysisCompleted.model_validate_json(message.data)
+            event_id = str(completed.analysis.event_id)
+            self.analysed.setdefault(event_id, completed.occurred_at.timestamp())
+
         await client.subscribe("mldiag.events.workload.opened.*", cb=on_message)
+        await client.subscribe("mldiag.analyses.analysis.completed.*", cb=on_analysis)
         await client.flush()
         self._ready.set()
         await self._stop.wait()
@@ -126,7 +137,23 @@ def _route_to(stack: Stack, receiver: Receiver, suite: str) -> None:
     )
 
 
-def _open_events(stack: Stack, suite: str, count: int, gap: float) -> list[str]:
+def _loss(kind: str) -> str:
+    if kind == "nan":
+        steps, values = [1, 2, 3], ["0.9", "nan", "0.8"]
+    else:
+        steps = list(range(1, 14))
+        values = [repr(1.0 + step / 1000) for step in range(1, 13)] + ["100.0"]
+    # A bare NaN, as the API takes it (json.dumps of a float NaN writes the same token).
+    series = {
+        "name": "loss",
+        "host": "host-0",
+        "steps": steps,
+        "values": [float(v) for v in values],
+    }
+    return json.dumps({"series": [series]})
+
+
+def _open_events(stack: Stack, suite: str, count: int, gap: float, kind: str) -> list[str]:
     runs = []
     for index in range(count):
         run_id = f"alert-bench-{suite}-{index}"
@@ -139,8 +166,7 @@ def _open_events(stack: Stack, suite: str, count: int, gap: float) -> list[str]:
         runs.append(run_id)
     # The runs exist before the first write: the notifier knows them by then.
     time.sleep(1.0)
-    body = {"series": [{"name": "loss", "steps": [1, 2, 3], "values": [0.9, "NaN", 0.8]}]}
-    text = json.dumps(body).replace('"NaN"', "NaN")
+    text = _loss(kind)
     for run_id in runs:
         written = httpx.post(
             f"{stack.api}/v1/machineLearningRuns/{run_id}/metrics:write",
@@ -168,6 +194,7 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=50, help="events to open [50]")
     parser.add_argument("--gap", type=float, default=0.2, help="seconds between writes [0.2]")
     parser.add_argument("--timeout", type=float, default=60.0, help="wait for the last [60]")
+    parser.add_argument("--kind", choices=("spike", "nan"), default="spike", help="[spike]")
     args = parser.parse_args()
 
     emit(f"# mldiag alert latency {datetime.now(UTC):%Y-%m-%d %H:%M}Z")
@@ -185,7 +212,7 @@ def main() -> int:
     ):
         emit(f"# stack up in {time.monotonic() - started:.1f} s at {stack.api}")
         _route_to(stack, receiver, suite)
-        runs = set(_open_events(stack, suite, args.events, args.gap))
+        runs = set(_open_events(stack, suite, args.events, args.gap, args.kind))
         deadline = time.monotonic() + args.timeout
         while time.monotonic() < deadline:
             with receiver.lock:
@@ -198,7 +225,7 @@ def main() -> int:
             if len(opened) >= len(runs):
                 break
             time.sleep(0.1)
-        latencies, unsigned, with_cause, unmatched = [], 0, 0, 0
+        latencies, analyses, unsigned, with_cause, unmatched = [], [], 0, 0, 0
         for item in opened:
             event_id = item.body["event"]["eventId"]
             published = bus.published.get(event_id)
@@ -206,6 +233,8 @@ def main() -> int:
                 unmatched += 1
                 continue
             latencies.append(item.at - published)
+            if event_id in bus.analysed:
+                analyses.append(bus.analysed[event_id] - published)
             unsigned += not item.signed
             with_cause += item.body.get("topCause") is not None
         emit()
@@ -216,6 +245,7 @@ def main() -> int:
             f"| event opened → notification received | {_summary(latencies)} |"
             f" p95 ≤ {GOAL_P95 * 1000:.0f} ms {'✓' if ok else '✗'} |"
         )
+        emit(f"| of which: event opened → its analysis published | {_summary(analyses)} | |")
         emit(f"| notifications received / events opened | {len(opened)} / {len(runs)} | all |")
         emit(f"| with the analysis's top cause | {with_cause} / {len(opened)} | all |")
         emit(f"| signature not valid | {unsigned} | 0 |")
