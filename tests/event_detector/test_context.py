@@ -5,7 +5,12 @@ from collections.abc import Sequence
 
 from event_detector.feed import Feed
 from mldiag_schemas import monitoring as names
-from mldiag_schemas.events import Contention, ProcessShare, WorkloadEventOpened
+from mldiag_schemas.events import (
+    Contention,
+    ProcessShare,
+    WorkloadEventOpened,
+    WorkloadEventUpdated,
+)
 from mldiag_schemas.telemetry import MetricColumns, to_unix_micros
 
 
@@ -72,6 +77,31 @@ def test_a_slowdown_from_other_processes_names_them_and_their_share() -> None:
     assert contention.load_per_cpu == 3.2
     assert contention.disk_bytes_per_second_baseline == 3e6
     assert contention.cpu_steal_percent is None  # not sampled here
+
+
+def test_processes_sampled_after_the_slowdown_opened_re_announce_it_once() -> None:
+    feed = Feed()
+    quiet = {names.HOST_CPU: 30.0, names.RUN_CPU: 25.0}
+    for step in range(1, 41):
+        _sample(feed, step, 1.0 + 0.01 * (step % 3), quiet)
+    busy = {names.HOST_CPU: 95.0, names.RUN_CPU: 25.0}
+    for step in range(41, 70):
+        _sample(feed, step, 3.0, busy)
+    [opened] = [change for change in feed.changes if isinstance(change, WorkloadEventOpened)]
+    assert _contention(feed).top_processes == []  # the cause could not be named yet
+    _sample(feed, 70, 3.0, busy, [("stress-ng", 4242, 60.0)])
+    for step in range(71, 80):
+        _sample(feed, step, 3.0, busy, [("stress-ng", 4242, 61.0)])
+    [update] = [
+        change
+        for change in feed.changes
+        if isinstance(change, WorkloadEventUpdated) and change.context is not None
+    ]
+    assert update.event.event_id == opened.event.event_id
+    assert update.context is not None
+    [host] = update.context.hosts
+    assert host.contention is not None
+    assert [p.name for p in host.contention.top_processes] == ["stress-ng"]
 
 
 def test_accelerator_faults_are_in_the_contention_of_the_host() -> None:

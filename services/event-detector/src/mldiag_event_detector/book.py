@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 
 from pydantic import JsonValue
 
-from mldiag_event_detector.state import Deviation, RunState
+from mldiag_event_detector.state import PROCESS_SLACK_SECONDS, Deviation, RunState
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.events import (
     EVENT_ID_NAMESPACE,
@@ -45,6 +45,11 @@ severity change."""
 
 RECENT_EVENT_SECONDS = 120.0
 """How long a resolved event still takes late evidence (a traceback racing the run's end)."""
+
+
+def names_processes(context: RunContext) -> bool:
+    """Whether a context names other processes on some host."""
+    return any(host.contention and host.contention.top_processes for host in context.hosts)
 
 
 class Policy:
@@ -234,9 +239,12 @@ class EventBook:
             *(event for event in self.state.recent_events if (event.end_time or now) >= horizon),
         ]
 
-    def add_evidence(self, event: WorkloadEvent, now: datetime) -> WorkloadEvent:
+    def add_evidence(
+        self, event: WorkloadEvent, now: datetime, context: RunContext | None = None
+    ) -> WorkloadEvent:
         """New evidence about an open or recently resolved event: announce it again, with
-        the run's signals now, for the analyzer to look again."""
+        the run's signals now (``context``, when already taken), for the analyzer to look
+        again."""
         updated = event.model_copy(update={"update_time": now, "revision": event.revision + 1})
         for key, known in list(self.state.open_events.items()):
             if known.event_id == event.event_id:
@@ -249,10 +257,28 @@ class EventBook:
             WorkloadEventUpdated(
                 event_id=change_message_id(updated),
                 event=updated,
-                context=self.context(now, updated),
+                context=context or self.context(now, updated),
             )
         )
         return updated
+
+    def renew_contention(self, now: datetime) -> None:
+        """Re-announce each open slowdown whose context named no other process when its
+        hosts' top processes have since been sampled: the cause the analyzer could not name
+        at first ("other processes took the CPU") now has names."""
+        for key, event in list(self.state.open_events.items()):
+            deviation = self.state.deviations.get(key)
+            if deviation is None or deviation.named_processes:
+                continue
+            since = deviation.start.timestamp() - PROCESS_SLACK_SECONDS
+            if not any(
+                host.contention.processes_since(since) for host in self.state.hosts.values()
+            ):
+                continue  # the usual case, and cheap: nothing sampled, no snapshot taken
+            context = self.context(now, event)
+            if names_processes(context):
+                deviation.named_processes = True
+                self.add_evidence(event, now, context)
 
     def _remember(self, event: WorkloadEvent, now: datetime) -> None:
         horizon = now - timedelta(seconds=RECENT_EVENT_SECONDS)
@@ -319,6 +345,9 @@ class EventBook:
             time_lost_seconds=finding.time_lost_seconds,
         )
         context = self.context(now, event)  # before it joins the open events: "the others"
+        deviation = self.state.deviations.get(finding.key)
+        if deviation is not None:
+            deviation.named_processes = names_processes(context)
         self.state.open_events[finding.key] = event
         self.messages.append(
             WorkloadEventOpened(event_id=change_message_id(event), event=event, context=context)

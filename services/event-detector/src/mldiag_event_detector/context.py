@@ -3,6 +3,7 @@
 from datetime import datetime, timedelta
 
 from mldiag_event_detector.state import (
+    PROCESS_SLACK_SECONDS,
     Gauge,
     HostContention,
     HostState,
@@ -142,9 +143,7 @@ def contention(host: HostState, since: datetime) -> Contention | None:
         ),
         network_receive_bytes_per_second=recent(names.NETWORK_RECEIVE),
         network_transmit_bytes_per_second=recent(names.NETWORK_TRANSMIT),
-        # Stale processes are dropped as samples come; a few seconds' slack before the
-        # deviation keeps the sample that was taken just as it began.
-        top_processes=_top(sampled, start - 5.0),
+        top_processes=_top(sampled, start - PROCESS_SLACK_SECONDS),
         accelerator_ecc_errors=(
             _difference(ecc, sampled.ecc_first) if sampled.ecc_first is not None else ecc
         ),

@@ -121,6 +121,7 @@ def fold(state: RunState, project: MonitoringRules, messages: Sequence[Envelope]
         # Telemetry that arrives after the run ended (its last flush races the phase change)
         # still describes the run: judge it, then close what it opened at the end.
         _level_rules(book, latest, touched)
+        book.renew_contention(latest)
         if not state.active:
             book.clear_all(state.ended_at or latest)
     return Folded(book.messages, liveness.next_check(book))

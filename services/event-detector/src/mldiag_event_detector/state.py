@@ -27,6 +27,10 @@ CONTENTION_BASELINE = 10
 TOP_PROCESSES = 8
 """Other processes remembered per host (the latest sampled)."""
 
+PROCESS_SLACK_SECONDS = 5.0
+"""Top processes sampled this long before a deviation began still count for it (the sample
+taken just as it began)."""
+
 TOP_PROCESS_STALE_SECONDS = 30.0
 """A process not sampled for this long (against the host's latest sample) is forgotten."""
 
@@ -153,6 +157,10 @@ class HostContention(State):
     throttle_mask: int = 0
     """The latest throttle-reasons bit mask, OR-ed over devices."""
 
+    def processes_since(self, at: float) -> bool:
+        """Whether some other process was sampled at or after ``at`` (unix seconds)."""
+        return any(process.at >= at for process in self.processes.values())
+
     def signal(self, metric: str) -> TimedSeries:
         """The series of ``metric``, created on first sample."""
         series = self.series.get(metric)
@@ -235,6 +243,9 @@ class Deviation(State):
     """Since when the condition has been clear (None while it holds)."""
     gap_seconds: float = 0.0
     """Time clear between ``start`` and the latest relapse: not counted as lasting or lost."""
+    named_processes: bool = False
+    """Whether its event's announced context named other processes on its hosts (they are
+    sampled only while a host is busy, so they often come just after the event opened)."""
 
     def held_seconds(self, now: datetime) -> float:
         """How long the condition has held since it began (clear spells left out)."""
