@@ -245,6 +245,7 @@ def test_every_service_of_the_table_needs_a_url() -> None:
         "ingestion",
         "training",
         "xprof-provisioner",
+        "notifier",
     }
 
 
