@@ -160,7 +160,7 @@ async def test_a_token_held_to_one_run_writes_that_run_only(
             json.dumps({"lines": [_line(), _line(), _line("a\x00b")]}).encode(),
             400,
             "invalid_logs",
-            "line 2 (text)",
+            "line 2: the text or host holds a NUL",
         ),
         (
             WRITE,
@@ -182,6 +182,27 @@ async def test_a_token_held_to_one_run_writes_that_run_only(
             400,
             "invalid_logs",
             "line 0 (pid)",
+        ),
+        (
+            WRITE,
+            json.dumps({"lines": [_line(), _line(pid=2**63)]}).encode(),
+            400,
+            "invalid_logs",
+            "line 1: pid",
+        ),
+        (
+            WRITE,
+            json.dumps({"lines": [_line(host="a\x00b")]}).encode(),
+            400,
+            "invalid_logs",
+            "line 0: the text or host holds a NUL",
+        ),
+        (
+            WRITE,
+            json.dumps({"lines": [_line(time="0001-01-01T00:00:00+14:00")]}).encode(),
+            400,
+            "invalid_logs",
+            "line 0: the time has no UTC",
         ),
         (
             WRITE,

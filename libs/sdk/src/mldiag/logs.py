@@ -45,8 +45,12 @@ STDOUT, STDERR, SYSTEM = "STDOUT", "STDERR", "SYSTEM"
 
 DEFAULT_CAPACITY = 100_000
 """Lines the buffer holds before it drops its oldest."""
-DEFAULT_BATCH_BYTES = 512 * 1024
-"""Bytes of text in one request: well inside the platform's 4 MiB, and one bus message."""
+DEFAULT_BATCH_BYTES = 256 * 1024
+"""Bytes of text in one request: well inside the platform's 4 MiB, and (with each line's
+other fields) within one bus message."""
+BACKLOG_FACTOR = 5
+"""A batch takes up to this many times ``batch_lines`` when more wait (a backlog drains in
+fewer requests; the platform's cost per request is mostly fixed)."""
 _RETRYABLE_4XX = frozenset({401, 403, 404, 408, 425, 429})
 """Statuses that are not the batch's fault (as for metric batches, see transport)."""
 _FIRST_BACKOFF = 0.5
@@ -80,7 +84,8 @@ class LogShipper:
         max_backoff: Longest wait between two attempts at one batch.
         capacity: Lines buffered at most; beyond it the oldest are dropped.
         flush_interval: Most seconds a line waits before its batch is sent.
-        batch_lines: Lines that make a batch worth sending at once (and the most in one).
+        batch_lines: Lines that make a batch worth sending at once (a batch takes up to
+            ``BACKLOG_FACTOR`` times as many when more wait).
         batch_bytes: Most bytes of text in one batch.
     """
 
@@ -106,7 +111,8 @@ class LogShipper:
         self._max_backoff = max_backoff
         self._capacity = max(capacity, 1)
         self._flush_interval = flush_interval
-        self._batch_lines = min(max(batch_lines, 1), MAX_BATCH_LINES)
+        self._batch_lines = max(batch_lines, 1)
+        self._take_lines = min(self._batch_lines * BACKLOG_FACTOR, MAX_BATCH_LINES)
         self._batch_bytes = batch_bytes
         self._buffer: deque[_Line] = deque()
         self._sending = 0
@@ -245,7 +251,7 @@ class LogShipper:
         """The oldest lines, a batch's worth (the lock is held)."""
         batch: list[_Line] = []
         size = 0
-        while self._buffer and len(batch) < self._batch_lines:
+        while self._buffer and len(batch) < self._take_lines:
             length = len(self._buffer[0][3])
             if batch and size + length > self._batch_bytes:
                 break

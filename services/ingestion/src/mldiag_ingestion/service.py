@@ -62,6 +62,7 @@ MAX_LOG_MESSAGE_BYTES = 768 * 1024
 ``max_payload`` with room for headers. A batch that serialises larger (4 MB of text is
 allowed) is published in chunks."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_INT64_MAX = 2**63 - 1
 _MICROSECOND = timedelta(microseconds=1)
 
 
@@ -230,10 +231,10 @@ class IngestionService:
             )
         size = 0
         for index, line in enumerate(lines):
-            if has_nul(line.text):  # PostgreSQL's text cannot hold NUL
+            if problem := _unstorable(line):
                 raise InvalidLogs(
-                    f"line {index}: the text holds a NUL character (U+0000)",
-                    details=[{"field": f"lines.{index}.text", "problem": "holds NUL"}],
+                    f"line {index}: {problem}",
+                    details=[{"field": f"lines.{index}", "problem": problem}],
                 )
             size += len(line.text.encode())
         if size > MAX_LOG_BYTES_PER_REQUEST:
@@ -381,6 +382,20 @@ def _check_run_id(run_id: str) -> None:
         )
 
 
+def _unstorable(line: LogLine) -> str:
+    """Why the registry could not store ``line`` (``""`` when it can)."""
+    if has_nul(line.text) or has_nul(line.host):  # PostgreSQL's text cannot hold NUL
+        return "the text or host holds a NUL character (U+0000)"
+    if (line.pid or 0) > _INT64_MAX or (line.process_index or 0) > _INT64_MAX:
+        return "pid and processIndex must fit in 64 bits"
+    if line.time.tzinfo is not None:
+        try:
+            line.time.astimezone(UTC)
+        except OverflowError:  # 0001-01-01T00:00:00+14:00 has no UTC equivalent
+            return "the time has no UTC equivalent"
+    return ""
+
+
 def _utc_line(line: LogLine) -> LogLine:
     if line.time.tzinfo is not None:
         return line
@@ -392,7 +407,12 @@ def _log_messages(
 ) -> list[LogLinesReceived]:
     """The batch as one message, or as chunks when it is too large for one."""
     whole = LogLinesReceived(event_id=batch_id, occurred_at=received_at, run_id=run_id, lines=lines)
-    if len(whole.model_dump_json()) <= MAX_LOG_MESSAGE_BYTES:
+    # An upper bound first (a character escaped in JSON takes at most 6 bytes, the other
+    # fields of a line about 300): most batches need no trial serialisation.
+    bound = sum(6 * len(line.text) + 6 * len(line.host) for line in lines) + 300 * len(lines)
+    if bound + 1024 <= MAX_LOG_MESSAGE_BYTES or (
+        len(whole.model_dump_json()) <= MAX_LOG_MESSAGE_BYTES
+    ):
         return [whole]
     room = MAX_LOG_MESSAGE_BYTES - 1024  # the envelope's own fields
     chunks: list[list[LogLine]] = [[]]
