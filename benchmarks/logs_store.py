@@ -250,9 +250,7 @@ async def bench(lines: int, batch: int, hosts: int) -> None:
         )
         naive_first = time.perf_counter() - started
 
-        emit(
-            f"lines: {lines:,} ({hosts} hosts, {batch} per batch); text {_raw(messages) / lines:.1f} B/line"
-        )
+        emit(f"lines: {lines:,} ({hosts} hosts, {batch} a batch); {_raw(messages) / lines:.1f} B")
         emit(f"{'':>22} {'chunks (mldiag)':>18} {'row per line':>16}")
         emit(f"{'bytes per line':>22} {chunk_bytes / lines:>18.1f} {naive_bytes / lines:>16.1f}")
         emit(f"{'write lines/s':>22} {lines / chunk_write:>18,.0f} {lines / naive_write:>16,.0f}")
