@@ -399,6 +399,7 @@ class NotifierRepository:
         """Keep an event's top cause; make its waiting OPENED deliveries due now. Returns how
         many were waiting."""
         async with self._pool.acquire() as conn, conn.transaction():
+            await self._lock_event(conn, event_id)
             await conn.execute(
                 """INSERT INTO analyses (event_id, top_cause, time_lost_seconds)
                    VALUES ($1, $2, $3)
@@ -436,6 +437,7 @@ class NotifierRepository:
         queued = 0
         snapshot = event.model_dump_json()
         async with self._pool.acquire() as conn, conn.transaction():
+            await self._lock_event(conn, event.event_id)
             analysed = await conn.fetchval(
                 "SELECT true FROM analyses WHERE event_id = $1", event.event_id
             )
@@ -531,6 +533,14 @@ class NotifierRepository:
     async def _exists(conn: asyncpg.Connection, delivery: uuid.UUID) -> bool:
         found = await conn.fetchval("SELECT true FROM deliveries WHERE delivery_id = $1", delivery)
         return bool(found)
+
+    @staticmethod
+    async def _lock_event(conn: asyncpg.Connection, event_id: uuid.UUID) -> None:
+        """Serialise an event's decision and its analysis: the analysis arriving in the same
+        instant either is seen by the decision (no wait) or sees its deliveries (releases
+        them), never neither."""
+        key = f"notifier:event:{event_id}"
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
 
     @staticmethod
     async def _lock(conn: asyncpg.Connection, run: RunFacts, rule: str, channel: str) -> None:
