@@ -203,3 +203,34 @@ async def known_run(publisher: Publisher, pool: asyncpg.Pool, run: Run) -> None:
 async def settle(seconds: float) -> None:
     """Let the notifier work a moment (for checks that nothing more comes)."""
     await asyncio.sleep(seconds)
+
+
+BASE = "/v1/projects/default/locations/local"
+SECRET = "shared-signing-secret"
+
+
+async def webhook(
+    client: httpx.AsyncClient, receiver: Receiver, channel: str = "hook", **rule: Any
+) -> None:
+    """A signed webhook channel to ``receiver``'s ``/<channel>`` and a rule sending to it."""
+    response = await client.post(
+        f"{BASE}/notificationChannels?channelId={channel}",
+        json={
+            "displayName": channel,
+            "kind": "WEBHOOK",
+            "config": {"url": f"{receiver.url}/{channel}"},
+            "secrets": {"signingSecret": SECRET},
+        },
+    )
+    assert response.status_code == 200, response.text
+    await add_rule(client, f"to-{channel}", [channel], **rule)
+
+
+async def add_rule(
+    client: httpx.AsyncClient, rule_id: str, channels: list[str], **rule: Any
+) -> None:
+    response = await client.post(
+        f"{BASE}/alertRules?ruleId={rule_id}",
+        json={"displayName": rule_id, "channels": channels, **rule},
+    )
+    assert response.status_code == 200, response.text
