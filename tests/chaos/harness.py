@@ -90,9 +90,10 @@ class Replica:
             self.kill()
 
 
-_NOT_RUN = frozenset({"edge", "training", "executor"})
+_NOT_RUN = frozenset({"edge", "training", "executor", "notifier"})
 """Not in these scenarios: the edge (clients here call the services' replicas directly, as a
-load balancer would) and training with its executor (no jobs are run)."""
+load balancer would), training with its executor (no jobs are run) and the notifier (no
+channels: its redeliveries and replicas are tested in tests/notifier)."""
 
 
 @dataclass
