@@ -199,6 +199,25 @@ async def test_the_cursor_stays_set_until_the_run_has_ended_a_while(store: Store
     assert not (await store.api.get(LOGS.format("run-a"))).json().get("nextPageToken")
 
 
+async def test_a_follower_gets_lines_stored_late_once(store: Store) -> None:
+    await store.service.store([batch("run-a", [line(i, f"h0 {i}", host="h0") for i in range(10)])])
+    first = (await store.api.get(LOGS.format("run-a"))).json()
+    assert len(first["entries"]) == 10
+    # h1's clock runs behind: its batch lands after the follower read past 9 s
+    late = [line(5.5, "h1 5.5", host="h1"), line(20, "h1 20", host="h1")]
+    await store.service.store([batch("run-a", late)])
+    params = {"pageToken": first["nextPageToken"]}
+    second = (await store.api.get(LOGS.format("run-a"), params=params)).json()
+    assert [e["text"] for e in second["entries"]] == ["h1 5.5", "h1 20"]
+    params = {"pageToken": second["nextPageToken"]}
+    third = (await store.api.get(LOGS.format("run-a"), params=params)).json()
+    assert third.get("entries", []) == []
+    # a reader from the start sees every line once, in time order
+    texts = [e["text"] for e in await read_all(store.api, "run-a", page_size=4)]
+    h0 = [f"h0 {i}" for i in range(10)]
+    assert texts == [*h0[:6], "h1 5.5", *h0[6:], "h1 20"]
+
+
 async def test_retention_deletes_only_chunks_older_than_the_period(store: Store) -> None:
     now = datetime.now(UTC)
     old = [LogLine(time=now - timedelta(days=40, seconds=i), text=f"old {i}") for i in range(3)]
@@ -295,3 +314,32 @@ def _wanted(li: LogLine, params: dict[str, str]) -> bool:
     if "since" in params and li.time < datetime.fromisoformat(params["since"]):
         return False
     return not ("until" in params and li.time > datetime.fromisoformat(params["until"]))
+
+
+async def test_a_follower_reading_between_random_batches_gets_every_line_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(logs_service, "WALK_CHUNKS", 3)
+    rng = random.Random(29)
+    stored: list[LogLine] = []
+    got: list[tuple[datetime, str, str, str]] = []
+    token = ""
+    for _ in range(15):
+        lines = _random_lines(rng, rng.randrange(1, 12))  # times anywhere in the window
+        stored += lines
+        await store.service.store([batch("run-a", lines)])
+        while True:
+            params = {"pageSize": "5", "pageToken": token, "grep": "."}
+            body = (await store.api.get(LOGS.format("run-a"), params=params)).json()
+            entries = body.get("entries", [])
+            times = [datetime.fromisoformat(e["time"]) for e in entries]
+            assert times == sorted(times)
+            got += [
+                (t, e.get("host", ""), e["stream"], e["text"])
+                for t, e in zip(times, entries, strict=True)
+            ]
+            caught_up = not entries and body["nextPageToken"] == token
+            token = body["nextPageToken"]
+            if caught_up:
+                break
+    assert sorted(got) == sorted((li.time, li.host, li.stream.value, li.text) for li in stored)

@@ -19,15 +19,13 @@ from mldiag_schemas.logs import LogLine, LogLinesReceived, LogSeverity, LogStrea
 
 pytestmark = pytest.mark.connected
 
-NOW = datetime.now(UTC).replace(microsecond=0)
-
 
 def _lines(run_id: str, *lines: LogLine) -> LogLinesReceived:
     return LogLinesReceived(run_id=run_id, event_id=uuid.uuid4(), lines=list(lines))
 
 
-def _at(seconds_ago: float, text: str, **fields: Any) -> LogLine:
-    return LogLine(time=NOW - timedelta(seconds=seconds_ago), text=text, **fields)
+def _at(now: datetime, seconds_ago: float, text: str, **fields: Any) -> LogLine:
+    return LogLine(time=now - timedelta(seconds=seconds_ago), text=text, **fields)
 
 
 def _poll(probe: Callable[[], Any], accept: Callable[[Any], bool], timeout: float = 15) -> Any:
@@ -43,20 +41,21 @@ def _poll(probe: Callable[[], Any], accept: Callable[[Any], bool], timeout: floa
 async def test_logs_prints_filters_and_refuses(
     platform_apps: Any, mldiag: Callable[..., Any], publisher: Publisher
 ) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)  # `--since 25s` is read when it runs
     api = ("--api-url", platform_apps.api_url)
     assert mldiag("runs", "create", *api, "--display-name", "lg", "--run-id", "lg-a").code == 0
     await publisher.publish(
         _lines(
             "lg-a",
-            _at(30, "epoch 1 loss 0.5", host="h0"),
-            _at(20, "NCCL WARN timeout", host="h1", severity=LogSeverity.WARNING),
-            _at(10, "boom", host="h0", stream=LogStream.STDERR),
+            _at(now, 30, "epoch 1 loss 0.5", host="h0"),
+            _at(now, 20, "NCCL WARN timeout", host="h1", severity=LogSeverity.WARNING),
+            _at(now, 10, "boom", host="h0", stream=LogStream.STDERR),
         )
     )
     out = _poll(lambda: mldiag("logs", "lg-a", *api).out, lambda o: o.count("\n") == 3)
     first = out.splitlines()[0]
     assert first.endswith(" h0 stdout  epoch 1 loss 0.5")
-    assert datetime.fromisoformat(first.split()[0]) == NOW - timedelta(seconds=30)
+    assert datetime.fromisoformat(first.split()[0]) == now - timedelta(seconds=30)
 
     def texts(*options: str) -> list[str]:
         result = mldiag("logs", "lg-a", *api, "--format", "json", *options)
@@ -68,7 +67,7 @@ async def test_logs_prints_filters_and_refuses(
     assert texts("--host", "h1") == ["NCCL WARN timeout"]
     assert texts("--severity", "warning") == ["NCCL WARN timeout"]
     assert texts("--since", "25s") == ["NCCL WARN timeout", "boom"]
-    assert texts("--until", (NOW - timedelta(seconds=25)).isoformat()) == ["epoch 1 loss 0.5"]
+    assert texts("--until", (now - timedelta(seconds=25)).isoformat()) == ["epoch 1 loss 0.5"]
     assert texts("--limit", "2") == ["epoch 1 loss 0.5", "NCCL WARN timeout"]
     full = "projects/default/locations/local/machineLearningRuns/lg-a"
     assert mldiag("logs", full, *api).out == out
@@ -87,14 +86,15 @@ async def test_follow_prints_new_lines_until_the_run_has_ended(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(logs_service, "ENDED_GRACE", timedelta(0))
+    now = datetime.now(UTC)
     api = ("--api-url", platform_apps.api_url)
     assert mldiag("runs", "create", *api, "--display-name", "lg", "--run-id", "lg-f").code == 0
-    await publisher.publish(_lines("lg-f", _at(5, "before")))
+    await publisher.publish(_lines("lg-f", _at(now, 5, "before")))
     _poll(lambda: mldiag("logs", "lg-f", *api).out, lambda o: "before" in o)
 
     follower = asyncio.create_task(asyncio.to_thread(mldiag, "logs", "lg-f", "--follow", *api))
     await asyncio.sleep(1.5)
-    await publisher.publish(_lines("lg-f", _at(0, "after", host="h9")))
+    await publisher.publish(_lines("lg-f", _at(now, 0, "after", host="h9")))
     await asyncio.sleep(2.5)  # the follower polls every second
     assert not follower.done()
     headers = {"Authorization": f"Bearer {platform_apps.tokens.admin}"}

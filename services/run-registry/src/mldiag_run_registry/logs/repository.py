@@ -1,8 +1,9 @@
-"""All SQL about log chunks: storing them once, walking a run's chunks in time order,
-deleting them by age or by run."""
+"""All SQL about log chunks: storing them once, walking a run's chunks in time order (and
+those stored after a follower's last read), deleting them by age or by run."""
 
+import contextlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -22,17 +23,29 @@ ON CONFLICT (run_id, batch_id, part) DO NOTHING
 # Chunks that may hold lines past `after` (`last_time >= $2`), in the order of their first
 # line, from the keyset position ($3, $4, $5) on; `$6`… narrow by host, stream, severity
 # and time window. Walks log_chunks_by_time; the other conditions filter its rows.
-_WALK_SQL = """
-SELECT batch_id, part, host, stream, first_time, line_count, body FROM log_chunks
-WHERE run_id = $1 AND last_time >= $2
-  AND (first_time, batch_id, part) > ($3, $4, $5)
-  AND ($6::text IS NULL OR host = $6)
-  AND ($7::text IS NULL OR stream = $7)
-  AND max_severity >= $8
-  AND ($9::timestamptz IS NULL OR first_time <= $9)
+_COLUMNS = "batch_id, part, host, stream, first_time, line_count, body"
+_FILTER = """
+  AND ($2::text IS NULL OR host = $2)
+  AND ($3::text IS NULL OR stream = $3)
+  AND max_severity >= $4
+  AND ($5::timestamptz IS NULL OR first_time <= $5)
+"""
+_WALK_SQL = f"""
+SELECT {_COLUMNS} FROM log_chunks
+WHERE run_id = $1 {_FILTER} AND last_time >= $6
+  AND (first_time, batch_id, part) > ($7, $8, $9)
 ORDER BY first_time, batch_id, part
 LIMIT $10
 """
+# Chunks stored after `$6` (a follower's last read) that may hold lines at or before its
+# place (`first_time <= $7`): lines that came late.
+_LATE_SQL = f"""
+SELECT {_COLUMNS} FROM log_chunks
+WHERE run_id = $1 {_FILTER} AND seq > $6 AND first_time <= $7
+ORDER BY seq
+LIMIT $8
+"""
+_LAST_SEQ_SQL = "SELECT coalesce(max(seq), 0) FROM log_chunks WHERE run_id = $1"
 
 _DELETE_OLD_SQL = """
 DELETE FROM log_chunks WHERE ctid = ANY(ARRAY(
@@ -78,6 +91,51 @@ ChunkKey = tuple[datetime, uuid.UUID, int]
 """A chunk's place in a run's walk: first time, batch id, part."""
 
 
+def _chunks(rows: list[asyncpg.Record]) -> list[StoredChunk]:
+    return [
+        StoredChunk(
+            row["batch_id"],
+            row["part"],
+            row["host"],
+            row["stream"],
+            row["first_time"],
+            row["line_count"],
+            row["body"],
+        )
+        for row in rows
+    ]
+
+
+class ChunkReader:
+    """Reads of one run's chunks, all in one snapshot (a page sees one state of the table)."""
+
+    def __init__(self, connection: asyncpg.Connection, where: ChunkFilter) -> None:
+        self._connection = connection
+        self._where = where
+
+    def _filter(self) -> tuple[object, ...]:
+        where = self._where
+        return (where.run_id, where.host, where.stream, where.min_severity, where.until)
+
+    async def last_seq(self) -> int:
+        """The highest store sequence of the run's chunks (0 when none)."""
+        seq: int = await self._connection.fetchval(_LAST_SEQ_SQL, self._where.run_id)
+        return seq
+
+    async def walk(self, start: ChunkKey, limit: int) -> list[StoredChunk]:
+        """Up to ``limit`` chunks after ``start`` in walk order."""
+        rows = await self._connection.fetch(
+            _WALK_SQL, *self._filter(), self._where.after, *start, limit
+        )
+        return _chunks(rows)
+
+    async def late(self, after_seq: int, until: datetime, limit: int) -> list[StoredChunk]:
+        """Up to ``limit`` chunks stored after ``after_seq`` whose first line is at or
+        before ``until``."""
+        rows = await self._connection.fetch(_LATE_SQL, *self._filter(), after_seq, until, limit)
+        return _chunks(rows)
+
+
 class LogsRepository:
     """Log chunks in the registry's schema."""
 
@@ -103,31 +161,14 @@ class LogsRepository:
         )
         return int(status.rsplit(" ", 1)[-1])
 
-    async def walk(self, where: ChunkFilter, start: ChunkKey, limit: int) -> list[StoredChunk]:
-        """Up to ``limit`` chunks after ``start`` in walk order."""
-        rows = await self._pool.fetch(
-            _WALK_SQL,
-            where.run_id,
-            where.after,
-            *start,
-            where.host,
-            where.stream,
-            where.min_severity,
-            where.until,
-            limit,
-        )
-        return [
-            StoredChunk(
-                row["batch_id"],
-                row["part"],
-                row["host"],
-                row["stream"],
-                row["first_time"],
-                row["line_count"],
-                row["body"],
-            )
-            for row in rows
-        ]
+    @contextlib.asynccontextmanager
+    async def reading(self, where: ChunkFilter) -> AsyncIterator[ChunkReader]:
+        """A reader of the chunks ``where`` selects, in one read-only snapshot."""
+        async with (
+            self._pool.acquire() as connection,
+            connection.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            yield ChunkReader(connection, where)
 
     async def delete_older_than(self, cutoff: datetime, batch: int) -> int:
         """Delete up to ``batch`` chunks whose last line is before ``cutoff``; how many."""

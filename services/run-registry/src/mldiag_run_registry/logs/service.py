@@ -34,7 +34,12 @@ from mldiag_run_registry.logs.errors import (
     InvalidLogStream,
     InvalidLogTime,
 )
-from mldiag_run_registry.logs.repository import ChunkFilter, LogsRepository, StoredChunk
+from mldiag_run_registry.logs.repository import (
+    ChunkFilter,
+    ChunkReader,
+    LogsRepository,
+    StoredChunk,
+)
 from mldiag_run_registry.lookup import RunLookup
 from mldiag_schemas.logs import (
     SEVERITY_ORDER,
@@ -56,6 +61,8 @@ twice as many)."""
 SCAN_BUDGET_LINES = 2_000_000
 """Lines a page reads at most; past it the page ends early, its cursor past what was read,
 so a search through a long run answers in parts instead of holding a request for long."""
+LATE_CHUNKS = 1000
+"""Chunks stored late (with lines before a follower's place) served in one page at most."""
 ENDED_GRACE = timedelta(seconds=30)
 """How long after a run ended its cursor stays set: lines still on their way get stored."""
 
@@ -63,6 +70,7 @@ _DURATION = re.compile(r"(\d{1,9})([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 _EARLIEST = to_micros(datetime(1, 1, 2, tzinfo=UTC))
 _WALK_START = (from_micros(_EARLIEST), uuid.UUID(int=0), -1)
+_BEFORE_ALL: "Place" = (_EARLIEST - 1, "", -1, -1)
 
 Place = tuple[int, str, int, int]
 """A line's place in a run's order: time (µs since the epoch), batch id (hex), part, index."""
@@ -142,20 +150,22 @@ def parse_query(
     return LogQuery(pattern, start, end, host, parsed_stream, severity)
 
 
-def _token(place: Place) -> str:
-    return encode_token({"t": place[0], "b": place[1], "p": place[2], "i": place[3]})
+def _token(place: Place, seen: int) -> str:
+    return encode_token({"t": place[0], "b": place[1], "p": place[2], "i": place[3], "s": seen})
 
 
-def _place(token: str) -> Place:
+def _cursor(token: str) -> tuple[Place, int]:
+    """The place and the highest store sequence seen that a token carries."""
     fields = decode_token(token)
     batch = fields.get("b")
     if not isinstance(batch, str) or (batch and not re.fullmatch(r"[0-9a-f]{32}", batch)):
         raise InvalidPageToken("the page token is not valid")
     time, part, index = (token_int(fields.get(key)) for key in "tpi")
     place = (time, batch, part, index)
-    if place[0] < _EARLIEST:
+    seen = token_int(fields.get("s", 0))
+    if place[0] < _EARLIEST or seen < 0:
         raise InvalidPageToken("the page token is not valid")
-    return place
+    return place, seen
 
 
 # A pattern without anchors or lookarounds matches a line exactly when it matches that line
@@ -183,9 +193,11 @@ class _Line:
         }
 
 
-def _matching(chunk: StoredChunk, after: Place, query: LogQuery) -> Iterator[_Line]:
-    """The lines of ``chunk`` past ``after`` that ``query`` wants, in order, found as they
-    are asked for (a page often needs only the first few of a chunk)."""
+def _matching(
+    chunk: StoredChunk, after: Place, query: LogQuery, upto: Place | None = None
+) -> Iterator[_Line]:
+    """The lines of ``chunk`` past ``after`` (and at or before ``upto``) that ``query``
+    wants, in order, found as they are asked for (a page often needs only a chunk's first)."""
     lines = decode(chunk.body, chunk.first_time)
     grep = query.grep
     if (
@@ -202,7 +214,9 @@ def _matching(chunk: StoredChunk, after: Place, query: LogQuery) -> Iterator[_Li
         if time < since or (until is not None and time > until):
             continue
         place = (time, batch, chunk.part, index)
-        if place <= after or lines.severities[index] < floor:
+        if place <= after or (upto is not None and place > upto):
+            continue
+        if lines.severities[index] < floor:
             continue
         if grep is not None and grep.search(lines.texts[index]) is None:
             continue
@@ -268,19 +282,20 @@ class LogsService:
         """A page of the run's lines past the token's place, oldest first."""
         run = await self._runs.get_run(project, location, run_id)
         size = page_size(requested_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        start = (_EARLIEST, "", -1, -1) if not page_token else _place(page_token)
-        page, place, at_end = await self._page(run_id, query, start, size)
+        start, seen = ((_EARLIEST, "", -1, -1), 0) if not page_token else _cursor(page_token)
+        page, place, seen, at_end = await self._page(run_id, query, start, seen, size)
         ended = run.end_time is not None and datetime.now(UTC) - run.end_time > ENDED_GRACE
-        token = "" if at_end and ended else _token(place)
+        token = "" if at_end and ended else _token(place, seen)
         return ListLogsResponse.model_validate(
             {"entries": [line.fields() for line in page], "next_page_token": token}
         )
 
     async def _page(
-        self, run_id: str, query: LogQuery, after: Place, size: int
-    ) -> tuple[list[_Line], Place, bool]:
-        """Up to ``size`` lines past ``after``; the place to go on from; whether every stored
-        line was read."""
+        self, run_id: str, query: LogQuery, after: Place, seen: int, size: int
+    ) -> tuple[list[_Line], Place, int, bool]:
+        """The lines stored since the cursor's read at or before its place (late ones), then
+        up to ``size`` lines past it; the place to go on from; the highest store sequence
+        this read saw; whether every stored line was read."""
         since = after[0] if query.since is None else max(after[0], to_micros(query.since))
         where = ChunkFilter(
             run_id,
@@ -290,6 +305,31 @@ class LogsService:
             min_severity=0 if query.min_severity is None else SEVERITY_ORDER[query.min_severity],
             until=query.until,
         )
+        async with self._repository.reading(where) as reader:
+            last_seq = await reader.last_seq()
+            late: list[_Line] = []
+            if seen and last_seq > seen:
+                late = await self._late(reader, query, after, seen)
+            page, place, at_end = await self._walk(reader, query, after, size)
+        return late + page, place, last_seq, at_end
+
+    async def _late(
+        self, reader: ChunkReader, query: LogQuery, after: Place, seen: int
+    ) -> list[_Line]:
+        """Lines at or before ``after`` in chunks stored after ``seen``: a follower already
+        read past their time when they were stored. They come first in the page: earlier
+        than every line past ``after``, so the page stays in time order."""
+        chunks = await reader.late(seen, from_micros(after[0]), LATE_CHUNKS)
+        merge = _Merge()
+        for chunk in chunks:
+            merge.add(_matching(chunk, _BEFORE_ALL, query, upto=after))
+        return merge.take(sum(chunk.line_count for chunk in chunks), None)
+
+    async def _walk(
+        self, reader: ChunkReader, query: LogQuery, after: Place, size: int
+    ) -> tuple[list[_Line], Place, bool]:
+        """Up to ``size`` lines past ``after``; the place to go on from; whether every stored
+        line was read."""
         page: list[_Line] = []
         merge = _Merge()
         walked = _WALK_START
@@ -297,7 +337,7 @@ class LogsService:
         # a follower's page needs a few chunks; a search doubles that up to WALK_CHUNKS
         walk = min(4, WALK_CHUNKS)
         while True:
-            chunks = await self._repository.walk(where, walked, walk)
+            chunks = await reader.walk(walked, walk)
             exhausted = len(chunks) < walk
             walk = min(walk * 2, WALK_CHUNKS)
             for chunk in chunks:
