@@ -17,6 +17,7 @@ from mldiag_platform.http import ContractResponse, parse_body, query_param
 from mldiag_platform.resources import ParentDep
 from mldiag_schemas import bus
 from mldiag_schemas.alerts import (
+    RESOURCE_ID_PATTERN,
     AlertRule,
     ListAlertRulesResponse,
     ListNotificationChannelsResponse,
@@ -104,6 +105,12 @@ def _admin(request: Request) -> AlertsAdmin:
 
 
 AdminDep = Annotated[AlertsAdmin, Depends(_admin)]
+ChannelId = Annotated[
+    str, resources.id_path("The channel's id (checked by the service).", RESOURCE_ID_PATTERN)
+]
+RuleId = Annotated[
+    str, resources.id_path("The rule's id (checked by the service).", RESOURCE_ID_PATTERN)
+]
 
 
 def _route(
@@ -171,21 +178,21 @@ async def list_channels(request: Request, parent: ParentDep, admin: AdminDep) ->
 
 
 @_route("POST", _CHANNEL + ":test", Permission.CHANNELS_TEST, response=TestChannelResponse)
-async def test_channel(channel_id: str, parent: ParentDep, admin: AdminDep) -> Response:
+async def test_channel(channel_id: ChannelId, parent: ParentDep, admin: AdminDep) -> Response:
     """Send one TEST notification through the channel (no retries); answers the outcome,
     recorded in the delivery history too."""
     return ContractResponse(await admin.test_channel(parent.project, parent.location, channel_id))
 
 
 @_route("GET", _CHANNEL, Permission.CHANNELS_GET, response=NotificationChannel)
-async def get_channel(channel_id: str, parent: ParentDep, admin: AdminDep) -> Response:
+async def get_channel(channel_id: ChannelId, parent: ParentDep, admin: AdminDep) -> Response:
     """One channel (``secretKeys`` names its secrets; their values are never returned)."""
     return ContractResponse(await admin.get_channel(parent.project, parent.location, channel_id))
 
 
 @_route("PATCH", _CHANNEL, Permission.CHANNELS_UPDATE, NotificationChannel, NotificationChannel)
 async def update_channel(
-    request: Request, channel_id: str, parent: ParentDep, admin: AdminDep
+    request: Request, channel_id: ChannelId, parent: ParentDep, admin: AdminDep
 ) -> Response:
     """Change ``updateMask``'s fields (displayName, config, secrets, enabled; all given
     when absent). ``secrets`` merge into the stored ones; a key set to "" is removed."""
@@ -200,7 +207,7 @@ async def update_channel(
 
 
 @_route("DELETE", _CHANNEL, Permission.CHANNELS_DELETE)
-async def delete_channel(channel_id: str, parent: ParentDep, admin: AdminDep) -> Response:
+async def delete_channel(channel_id: ChannelId, parent: ParentDep, admin: AdminDep) -> Response:
     """Delete a channel; refused (400 ``channel_in_use``) while rules name it."""
     await admin.delete_channel(parent.project, parent.location, channel_id)
     return _empty()
@@ -225,14 +232,14 @@ async def list_rules(request: Request, parent: ParentDep, admin: AdminDep) -> Re
 
 
 @_route("GET", _RULE, Permission.ALERT_RULES_GET, response=AlertRule)
-async def get_rule(rule_id: str, parent: ParentDep, admin: AdminDep) -> Response:
+async def get_rule(rule_id: RuleId, parent: ParentDep, admin: AdminDep) -> Response:
     """One rule."""
     return ContractResponse(await admin.get_rule(parent.project, parent.location, rule_id))
 
 
 @_route("PATCH", _RULE, Permission.ALERT_RULES_UPDATE, AlertRule, AlertRule)
 async def update_rule(
-    request: Request, rule_id: str, parent: ParentDep, admin: AdminDep
+    request: Request, rule_id: RuleId, parent: ParentDep, admin: AdminDep
 ) -> Response:
     """Change ``updateMask``'s fields (all given when absent); channels must exist."""
     changed = await admin.update_rule(
@@ -246,7 +253,7 @@ async def update_rule(
 
 
 @_route("DELETE", _RULE, Permission.ALERT_RULES_DELETE)
-async def delete_rule(rule_id: str, parent: ParentDep, admin: AdminDep) -> Response:
+async def delete_rule(rule_id: RuleId, parent: ParentDep, admin: AdminDep) -> Response:
     """Delete a rule (its deliveries stay in the history)."""
     await admin.delete_rule(parent.project, parent.location, rule_id)
     return _empty()
