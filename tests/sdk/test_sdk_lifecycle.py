@@ -20,6 +20,7 @@ INIT = """
 run = mldiag.init(
     name="child", run_id="child-run", api_url=os.environ["URL"],
     ingestion_url=os.environ["URL"], spool_dir=os.environ["SPOOL"], flush_interval=0.05,
+    log_system_metrics=False,  # exact points below; contention would come every second
 )
 run.log({"loss": 1.0})
 """

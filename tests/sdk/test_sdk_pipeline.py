@@ -27,6 +27,7 @@ def start(platform_url: str, spool: Path, **kwargs: Any) -> mldiag.Run:
         "flush_interval": 0.05,
         "shutdown_timeout": 5.0,
         "request_timeout": 2.0,
+        "log_system_metrics": False,  # exact point counts below (contention comes every 1 s)
     }
     options.update(kwargs)
     return mldiag.init(**options)
