@@ -125,7 +125,7 @@ def test_a_batch_refused_for_a_while_is_retried_with_its_id_and_stored_once(edge
         ("two", "STDERR", "h1"),
     ]
     assert stored["lines"][1]["pid"] == 9 and "pid" not in stored["lines"][0]
-    assert (shipper.sent, shipper.dropped) == (2, 0)
+    assert (shipper.sent, shipper.dropped, shipper.reachable) == (2, 0, True)
     assert shipper.close(1)
 
 
@@ -164,7 +164,7 @@ def test_a_full_buffer_drops_the_oldest_with_one_warning(caplog: pytest.LogCaptu
     warnings = [record.getMessage() for record in caplog.records]
     assert sum("mldiag.logs.dropping" in message for message in warnings) == 1
     assert not shipper.close(0.3)  # unreachable: what was left is counted as lost
-    assert shipper.dropped == 25
+    assert shipper.dropped == 25 and not shipper.reachable
     shipper.write("after close")  # ignored, not an error
     assert shipper.dropped == 25
 

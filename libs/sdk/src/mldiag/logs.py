@@ -129,6 +129,9 @@ class LogShipper:
         ``close``."""
         self.sent = 0
         """Lines the platform accepted."""
+        self.reachable = True
+        """False from an attempt that found the platform unavailable until one succeeds:
+        a caller with somewhere to be need not wait on a flush then."""
         self._thread = threading.Thread(target=self._loop, name="mldiag-logs", daemon=True)
         self._thread.start()
 
@@ -267,6 +270,7 @@ class LogShipper:
         backoff = _FIRST_BACKOFF
         while True:
             result = self._post(body)
+            self.reachable = result.outcome is not Outcome.UNAVAILABLE
             if result.outcome is Outcome.SENT:
                 self.sent += len(batch)
                 return

@@ -667,14 +667,15 @@ class Supervisor:
             self._logs.write(text, SYSTEM, pid=pid)
 
     def _close_logs(self) -> None:
-        """Flush the lines, bounded: a replica's executor waits on its exit file."""
+        """Flush the lines, bounded: a replica's executor waits on its exit file, and a
+        platform found unavailable is not waited for at all (the lines are lost, counted)."""
         logs, self._logs = self._logs, None
         if logs is None:
             return
         limit = self._run.settings.shutdown_timeout
         if self._exit_file is not None:
             limit = min(limit, _REPLICA_LOGS_FLUSH_SECONDS)
-        logs.close(limit)
+        logs.close(limit if logs.reachable else 0.0)
 
     def _early_stop(self) -> int | None:
         """The signal that came before the program had a pid (a handler sets it)."""
