@@ -49,20 +49,22 @@ def create_app(settings: NotifierSettings | None = None) -> FastAPI:
                     load_migrations("notifier", "mldiag_notifier.migrations"),
                 )
             )
+            # Outbound calls honour HTTP(S)_PROXY and NO_PROXY: Slack and the like are often
+            # reached through one.
             client = await stack.enter_async_context(
-                httpx.AsyncClient(follow_redirects=False, trust_env=False)
+                httpx.AsyncClient(follow_redirects=False, trust_env=True)
             )
-            bus = await stack.enter_async_context(connect_bus(settings.nats, SERVICE))
-            directory = await stack.enter_async_context(open_token_directory(bus))
             repository = NotifierRepository(pool)
             dispatcher = Dispatcher(repository, box, client, settings)
-            routing = RoutingService(repository, dispatcher.wake, settings.analysis_wait_seconds)
-            handlers.register(bus, routing)
-            # Sending runs before consuming starts and stops after consuming stopped (the
-            # stack unwinds in reverse), so nothing decided waits for a restart.
+            # Sending starts before consuming and stops after it (the stack unwinds in
+            # reverse), so a delivery decided while stopping is still sent.
             await stack.enter_async_context(
                 running(dispatcher, grace_seconds=settings.send_timeout_seconds + 1)
             )
+            bus = await stack.enter_async_context(connect_bus(settings.nats, SERVICE))
+            directory = await stack.enter_async_context(open_token_directory(bus))
+            routing = RoutingService(repository, dispatcher.wake, settings.analysis_wait_seconds)
+            handlers.register(bus, routing)
             await bus.start()
             app.state.tokens = directory
             app.state.admin = AlertsAdmin(repository, box, dispatcher)
