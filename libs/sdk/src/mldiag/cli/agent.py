@@ -6,9 +6,10 @@ writes into each run that run's process metrics (CPU, memory, threads, processes
 over its processes here), the host's CPU and memory, and the accelerators present (NVIDIA
 GPUs, TPUs), all tagged with this host; and, every ``MLDIAG_CONTENTION_INTERVAL`` seconds
 (default 1, 0: off), contention: the host's CPU by mode, load, swap, disks and network, the
-run's own CPU and memory, and the top other processes while the host is busy. It never creates a run nor changes its phase: each
-run gets an :class:`~mldiag.attached.AttachedWriter` (the SDK's batching, spool and
-retries). It stops cleanly on SIGTERM or SIGINT, sending what it holds.
+run's own CPU and memory, and the top other processes while the host is busy. It never
+creates a run nor changes its phase: each run gets an
+:class:`~mldiag.attached.AttachedWriter` (the SDK's batching, spool and retries). It stops
+cleanly on SIGTERM or SIGINT, sending what it holds.
 """
 
 from __future__ import annotations
@@ -166,7 +167,12 @@ class HostAgent:
         if self._contention is None:
             return {}
         finders = {run_id: partial(self._processes_of, run_id) for run_id in self._groups}
-        samples = self._contention.measure(finders)
+        try:
+            samples = self._contention.measure(finders)
+        except Exception:  # a broken reading stops contention, never the agent
+            logger.warning("mldiag.agent.contention_failed (stopped)", exc_info=True)
+            self._contention = None
+            return {}
         for run_id, sample in samples.items():
             self._fast_names.update(name for name, _ in sample)
             writer = self._writers.get(run_id)

@@ -11,6 +11,7 @@ minus run is what the other processes take.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -192,10 +193,11 @@ class HostCounters:
         psutil = self._psutil
         values: Sample = {}
         self.memory_percent = float(psutil.virtual_memory().percent)
-        swap = psutil.swap_memory()
-        values[HOST_SWAP, ""] = float(swap.percent)
-        if hasattr(os, "getloadavg"):
-            values[HOST_LOAD, ""] = os.getloadavg()[0] / self._cpus
+        swap = self._swap()
+        if swap is not None:
+            values[HOST_SWAP, ""] = float(swap.percent)
+        with contextlib.suppress(AttributeError, OSError):  # no load average (Windows, some
+            values[HOST_LOAD, ""] = os.getloadavg()[0] / self._cpus  # sandboxes): left out
         current = _Counters(
             at=now,
             cpu=psutil.cpu_times(),
@@ -216,6 +218,12 @@ class HostCounters:
         values[NETWORK_RECEIVE, ""] = max(received, 0.0) / elapsed
         values[NETWORK_TRANSMIT, ""] = max(sent, 0.0) / elapsed
         return values
+
+    def _swap(self) -> Any:
+        try:
+            return self._psutil.swap_memory()
+        except (OSError, RuntimeError):  # a container that hides /proc/vmstat or swaps
+            return None
 
     def _disks(self) -> dict[str, Any]:
         try:
