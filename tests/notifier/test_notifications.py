@@ -14,6 +14,7 @@ import asyncpg
 import httpx
 import pytest
 
+from conftest import ApiTokens
 from mldiag_notifier.app import create_app
 from mldiag_notifier.settings import NotifierSettings
 from mldiag_notifier.signature import verify
@@ -26,6 +27,7 @@ from mldiag_schemas.analyses import (
     DetectionState,
     Layer,
 )
+from mldiag_schemas.auth import Role
 from mldiag_schemas.events import (
     EventType,
     Evidence,
@@ -426,3 +428,23 @@ async def test_slack_alertmanager_and_apprise_speak_their_formats(
 
 async def _async(value: Any) -> Any:
     return value
+
+
+async def test_a_delivery_left_retrying_at_a_restart_goes_after_it(
+    notifier_settings: NotifierSettings,
+    api_tokens: ApiTokens,
+    notifier_db: asyncpg.Pool,
+    publisher: Publisher,
+    receiver: Receiver,
+) -> None:
+    slow = notifier_settings.model_copy(update={"backoff_seconds": 1.0, "backoff_max_seconds": 1.0})
+    receiver.scripts["/hook"] = [503]
+    async with serving(create_app(slow), api_tokens.headers(Role.EDITOR)) as client:
+        await known_run(publisher, notifier_db, make_run("r1"))
+        await webhook(client, receiver)
+        await publisher.publish(WorkloadEventOpened(event=make_event("r1")))
+        await wait_until(lambda: deliveries(client, 'state="RETRYING"'))
+    async with serving(create_app(notifier_settings), api_tokens.headers(Role.EDITOR)) as client:
+        [delivery] = await wait_until(lambda: deliveries(client, 'state="DELIVERED"'), timeout=10)
+    assert delivery["attempts"] == 2
+    assert len(receiver.on("/hook")) == 2
