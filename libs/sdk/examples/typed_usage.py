@@ -4,8 +4,10 @@ Not run by the tests; each function shows one way in and must keep type-checking
 """
 
 import contextlib
+import logging
 
 import mldiag
+from mldiag.logs import LogShipper
 
 
 def pythonic(losses: list[float]) -> None:
@@ -103,3 +105,18 @@ def profiles(steps: int) -> None:
         prof.stop()
     print(session, loss)  # noqa: T201  # an example
     run.finish()  # waits for the uploads
+
+
+def logs(lines: list[str]) -> None:
+    """A program's ``logging`` records as its run's log lines, and lines shipped by hand."""
+    handler = mldiag.LogHandler()
+    logging.getLogger().addHandler(handler)
+    run = mldiag.init(name="logged")
+    logging.getLogger(__name__).warning("loss is rising")  # a WARNING line of the run
+    shipper = LogShipper(run.settings.ingestion_url, run.run_id, run.settings.token, host="h1")
+    for line in lines:
+        shipper.write(line, "STDERR", pid=42)
+    stored: bool = shipper.close(timeout=5.0)
+    print(stored, shipper.sent, shipper.dropped)  # noqa: T201  # an example
+    run.finish()
+    handler.close()
