@@ -6,15 +6,19 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from mldiag.cli.agent import HostAgent
+from mldiag.config import Settings
 from mldiag.system import ContentionThresholds, Sample, contention_source, point_labels
 from mldiag.system import names as n
 from mldiag.system.contention import ContentionMeter, TopProcesses, _psutil, _script
+from sdk.fake_platform import FakePlatform
 
 PERCENTS = (
     n.HOST_CPU,
@@ -250,3 +254,28 @@ def test_the_agents_runs_each_see_the_others_among_their_top_processes(
         assert samples[run_id][n.RUN_CPU, ""] > 0.05 * 100.0 / cpus
         assert samples[run_id][n.HOST_CPU, ""] == samples["run-a"][n.HOST_CPU, ""]  # read once
     assert set(meter.measure({"run-a": runs["run-a"]})) == {"run-a"}  # run-b forgotten
+
+
+def test_the_agent_records_contention_into_each_run_it_found(
+    platform: FakePlatform, tmp_path: Path
+) -> None:
+    run_id = f"agent-{uuid.uuid4().hex[:12]}"
+    script = tmp_path / "train.py"
+    script.write_text(BURN)
+    workload = subprocess.Popen(
+        [sys.executable, str(script)], env={**os.environ, "MLDIAG_RUN_ID": run_id}
+    )
+    settings = Settings.resolve(ingestion_url=platform.url, token="t", spool_dir=tmp_path / "s")
+    agent = HostAgent(settings, "host-a", sources=(), contention=True)
+    try:
+        agent.sample()  # finds the run (and opens its writer)
+        agent.sample_contention()  # the first readings of its processes
+        time.sleep(0.5)
+        samples = agent.sample_contention()
+    finally:
+        workload.kill()
+        workload.wait()
+        agent.close(5.0)
+    assert samples[run_id][n.RUN_CPU, ""] > 0.05 * 100.0 / (os.cpu_count() or 1)
+    names = {name for name, _, _ in platform.received.points()}
+    assert {n.RUN_CPU, n.RUN_MEMORY, n.HOST_CPU_USER, n.HOST_LOAD} <= names
