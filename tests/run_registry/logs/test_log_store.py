@@ -160,6 +160,9 @@ async def test_filters_narrow_the_lines(store: Store) -> None:
         ({"grep": "x" * 1001}, "invalid_grep"),
         ({"since": "yesterday"}, "invalid_log_time"),
         ({"since": "2026-05-02T00:00:00Z", "until": "2026-05-01T00:00:00Z"}, "invalid_log_time"),
+        ({"since": "999999999d"}, "invalid_log_time"),
+        ({"until": "0001-01-01T00:00:00+14:00"}, "invalid_log_time"),
+        ({"host": "h\x00"}, "invalid_argument"),  # the platform refuses NUL in any query
         ({"stream": "stdin"}, "invalid_log_stream"),
         ({"minSeverity": "LOUD"}, "invalid_log_severity"),
         ({"pageToken": "not-a-token"}, "invalid_page_token"),

@@ -26,3 +26,9 @@ class InvalidLogSeverity(InvalidArgument):
     """``minSeverity`` names no severity."""
 
     code = "invalid_log_severity"
+
+
+class InvalidLogHost(InvalidArgument):
+    """``host`` holds a character no host name has (NUL)."""
+
+    code = "invalid_log_host"

@@ -30,6 +30,7 @@ from mldiag_run_registry.logs.chunks import (
 )
 from mldiag_run_registry.logs.errors import (
     InvalidGrep,
+    InvalidLogHost,
     InvalidLogSeverity,
     InvalidLogStream,
     InvalidLogTime,
@@ -94,17 +95,21 @@ def parse_time(text: str, now: datetime, field: str) -> datetime | None:
     text = text.strip()
     if not text:
         return None
-    if match := _DURATION.fullmatch(text):
-        return now - timedelta(**{_UNITS[match[2]]: int(match[1])})
     try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
+        if match := _DURATION.fullmatch(text):
+            parsed = now - timedelta(**{_UNITS[match[2]]: int(match[1])})
+        else:
+            parsed = datetime.fromisoformat(text)
+        # a time without zone is UTC, as every time this API answers with
+        parsed = parsed.astimezone(UTC) if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+        to_micros(parsed)  # within what a chunk's times can be compared with
+    except (ValueError, OverflowError):
         raise InvalidLogTime(
-            f"{field} {text!r} is neither an RFC 3339 time nor a duration like 10m",
+            f"{field} {text!r} is neither an RFC 3339 time nor a duration like 10m (within"
+            " years 1 to 9999)",
             details=[{"field": field, "problem": "not a time"}],
         ) from None
-    # a time without zone is UTC, as every time this API answers with
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    return parsed
 
 
 def parse_query(
@@ -130,6 +135,8 @@ def parse_query(
                 f"grep {grep!r} is not a regular expression: {error}",
                 details=[{"field": "grep", "problem": str(error)}],
             ) from None
+    if host is not None and "\x00" in host:
+        raise InvalidLogHost("host must not contain NUL")
     start, end = parse_time(since, now, "since"), parse_time(until, now, "until")
     if start is not None and end is not None and start > end:
         raise InvalidLogTime(f"since ({start.isoformat()}) lies past until ({end.isoformat()})")
