@@ -17,7 +17,13 @@ from mldiag.cli.agent import HostAgent
 from mldiag.config import Settings
 from mldiag.system import ContentionThresholds, Sample, contention_source, point_labels
 from mldiag.system import names as n
-from mldiag.system.contention import ContentionMeter, TopProcesses, _psutil, _script
+from mldiag.system.contention import (
+    ContentionMeter,
+    TopProcesses,
+    _psutil,
+    _script,
+    run_root,
+)
 from sdk.fake_platform import FakePlatform
 
 PERCENTS = (
@@ -279,3 +285,12 @@ def test_the_agent_records_contention_into_each_run_it_found(
     assert samples[run_id][n.RUN_CPU, ""] > 0.05 * 100.0 / (os.cpu_count() or 1)
     names = {name for name, _, _ in platform.received.points()}
     assert {n.RUN_CPU, n.RUN_MEMORY, n.HOST_CPU_USER, n.HOST_LOAD} <= names
+
+
+def test_under_a_local_launcher_the_run_is_the_launchers_tree(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert run_root() == os.getpid()
+    monkeypatch.setenv("LOCAL_RANK", "0")  # torchrun's rank 0: its siblings are the run's
+    assert run_root() == os.getppid()

@@ -81,18 +81,25 @@ class ContentionThresholds:
 def contention_source(
     root: int | None = None, thresholds: ContentionThresholds | None = None
 ) -> Source | None:
-    """Contention as seen by the run whose process tree starts at ``root`` (this process
-    when None; ``mldiag run`` passes its program's pid). None without psutil."""
+    """Contention as seen by the run whose process tree starts at ``root`` (``mldiag run``
+    passes its program's pid; by default :func:`run_root`). None without psutil."""
     meter = ContentionMeter.create(thresholds)
     if meter is None:
         return None
-    runs = {"": tree_finder(meter.psutil, os.getpid() if root is None else root)}
+    runs = {"": tree_finder(meter.psutil, run_root() if root is None else root)}
     meter.measure(runs)  # the first readings: rates and shares need a second one
 
     def sample() -> Sample:
         return meter.measure(runs).get("", {})
 
     return sample
+
+
+def run_root() -> int:
+    """The root of the SDK's run on this host: this process, or its parent when a local
+    launcher (torchrun, deepspeed, accelerate: they set ``LOCAL_RANK``) started one process
+    per device. The other ranks are then the run's, not processes contending with it."""
+    return os.getppid() if "LOCAL_RANK" in os.environ else os.getpid()
 
 
 class ContentionMeter:
