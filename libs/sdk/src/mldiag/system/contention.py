@@ -140,6 +140,8 @@ class ContentionMeter:
                 samples[run_id][RUN_CPU, ""], samples[run_id][RUN_MEMORY, ""] = run
         for run_id in set(self._trees) - set(runs):
             del self._trees[run_id]
+        if not samples:
+            return samples  # no run to name anyone for: no walk
         self._top.update(
             now,
             cpu=any(cpu_contended(values, self._thresholds) for values in samples.values()),
