@@ -8,6 +8,7 @@ import pytest
 from event_detector.feed import Feed
 from mldiag_schemas.events import EventState, EventType, WorkloadEventOpened
 from mldiag_schemas.monitoring import MonitoringRules, RuleName, RuleOverride
+from mldiag_schemas.runs import Run, RunPhase, RunPhaseChanged, RunState
 
 BASELINE = 40
 
@@ -141,6 +142,40 @@ def test_project_and_run_overrides_change_when_it_opens() -> None:
     # ~10 s at about half of each step lost.
     assert event.update_time is not None
     assert 10.2 <= (event.update_time - event.start_time).total_seconds() <= 12.2
+
+
+def test_a_slowdown_still_in_flight_when_the_run_ended_is_judged_on_its_own_times() -> None:
+    # The detector lags: the run's COMPLETED phase is folded before the last 80 s of steps
+    # (two consumers), which arrive in big batches.
+    feed = Feed()
+    step = _baseline(feed)
+    late = []
+    for index in range(40):
+        feed.advance(2.0)
+        late.append(feed.metrics("h0", step + index, {"step_time": 2.0}))
+    feed.send(_completed(feed))
+    for batch in range(0, 40, 10):
+        feed.send(*late[batch : batch + 10])
+    [event] = feed.opened()
+    assert event.start_time == late[9].occurred_at  # the first batch that showed it
+    resolved = feed.latest(event)
+    assert resolved.state is EventState.RESOLVED
+    assert resolved.end_time == feed.now  # the run's end
+
+
+def _completed(feed: Feed) -> RunPhaseChanged:
+    run = Run(
+        name=f"projects/p/locations/l/machineLearningRuns/{feed.run_id}",
+        run_id=feed.run_id,
+        display_name="r",
+        run_set="",
+        labels={},
+        run_phase=RunPhase.COMPLETED,
+        state=RunState.COMPLETED,
+        create_time=feed.now,
+        update_time=feed.now,
+    )
+    return RunPhaseChanged(run=run, previous_phase=RunPhase.ACTIVE, occurred_at=feed.now)
 
 
 def test_a_duty_cycle_dip_shorter_than_the_defaults_opens_nothing() -> None:

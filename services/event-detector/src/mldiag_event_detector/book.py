@@ -222,10 +222,12 @@ class EventBook:
         return event
 
     def clear_all(self, now: datetime) -> None:
-        """The run ended: nothing of it is still happening."""
-        for key in list(self.state.deviations):
-            if key not in self.state.open_events:
-                del self.state.deviations[key]
+        """The run ended: nothing of it is still happening.
+
+        Pending slowdowns stay: telemetry from before the end may still be on its way (the
+        detector lagging behind the run's phase change) and complete them; it is judged as
+        of the end at the latest, and what it opens is resolved at once.
+        """
         for key in list(self.state.open_events):
             self.clear(key, now, facts={"resolvedBy": "run ended"}, settle=False)
             if key not in self.state.ended_keys:

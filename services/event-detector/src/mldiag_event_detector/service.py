@@ -118,13 +118,22 @@ def fold(state: RunState, project: MonitoringRules, messages: Sequence[Envelope]
                     )
                     del state.config_changes[:-20]
     if touched and latest is not None and state.phase != "DELETED":
-        # Telemetry that arrives after the run ended (its last flush races the phase change)
-        # still describes the run: judge it, then close what it opened at the end.
-        _level_rules(book, latest, touched)
-        book.renew_contention(latest)
-        if not state.active:
-            book.clear_all(state.ended_at or latest)
+        _judge(book, latest, touched)
     return Folded(book.messages, liveness.next_check(book))
+
+
+def _judge(book: EventBook, latest: datetime, touched: set[str]) -> None:
+    """The level rules, once per applied batch, as of its latest message."""
+    state = book.state
+    # Telemetry that arrives after the run ended (its last flush races the phase change,
+    # or the detector lags behind the run's messages) still describes the run: judge it as
+    # of the end at the latest, then close what it opened at the end.
+    if not state.active and state.ended_at is not None:
+        latest = min(latest, state.ended_at)
+    _level_rules(book, latest, touched)
+    book.renew_contention(latest)
+    if not state.active:
+        book.clear_all(state.ended_at or latest)
 
 
 def fold_clock(state: RunState, project: MonitoringRules, now: datetime) -> Folded:

@@ -484,6 +484,7 @@ def on_phase(book: EventBook, phase: str, error: ErrorDetails | None, at: dateti
         state.ended_keys.clear()
         if not was_active:
             state.incarnation += 1
+            state.deviations.clear()  # slowdowns pending at the end belong to the last life
             state.note(f"{at.isoformat()} run active again")
         return
     state.ended_at = at
