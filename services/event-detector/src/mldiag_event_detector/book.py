@@ -10,8 +10,8 @@ condition is first a *pending* deviation, which opens an event only once it has 
 cost enough (the rule's ``MATERIALITY`` thresholds, scaled by the run's step), dated from
 the deviation's start; a deviation that clears and stays clear for ``resolveSteps`` /
 ``resolveSeconds`` is over: pending, it leaves no event; open, its event resolves as of when
-it cleared. A relapse sooner continues it, and the clear spell counts neither as lasting nor
-as lost. So one slowdown is one event, however its windows fluctuate.
+it cleared. A relapse sooner continues it (the clear spell is part of how long it lasted, but
+not of the time it cost). So one slowdown is one event, however its windows fluctuate.
 """
 
 from collections.abc import Callable
@@ -313,7 +313,9 @@ class EventBook:
     def _material(self, finding: Finding, deviation: Deviation, now: datetime) -> bool:
         """Whether a pending slowdown has lasted and cost enough to be an event."""
         step = self._step_seconds()
-        lasted = deviation.held_seconds(now)
+        # Lasting is wall time since it began (short clear spells are part of one slowdown);
+        # the cost counts only the time it held, so a string of tiny blips costs too little.
+        lasted = (now - deviation.start).total_seconds()
         return lasted >= self.policy.scaled(
             finding.rule, "minDurationSteps", "minDurationSeconds", step
         ) and finding.time_lost_seconds >= self.policy.scaled(

@@ -242,7 +242,7 @@ class Deviation(State):
     cleared_at: datetime | None = None
     """Since when the condition has been clear (None while it holds)."""
     gap_seconds: float = 0.0
-    """Time clear between ``start`` and the latest relapse: not counted as lasting or lost."""
+    """Time clear between ``start`` and the latest relapse: not counted as time lost."""
     named_processes: bool = False
     """Whether its event's announced context named other processes on its hosts (they are
     sampled only while a host is busy, so they often come just after the event opened)."""
