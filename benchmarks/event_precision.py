@@ -45,7 +45,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -211,13 +210,18 @@ def _classify(
 
 
 def _wait_all(platform: Platform, launched: list[Launched]) -> None:
-    """Wait for every workload, starting second lives (``then``) on the same run."""
-    for one in launched:
-        platform.finish(one)
-        if one.scenario.then is not None:
-            # The run's expectations stay those of the first life's scenario.
-            second = platform.launch(Scenario(one.scenario.then), one.run_id, env=SAMPLED_ENV)
-            platform.finish(second)
+    """Wait for every workload, starting a second life (``then``) on the same run as soon
+    as its first has ended, as a restarted job would."""
+    pending = list(launched)
+    while pending:
+        for one in [one for one in pending if platform.ended(one)]:
+            platform.finish(one)
+            pending.remove(one)
+            if one.scenario.then is not None:
+                # The run's expectations stay those of the first life's scenario.
+                then = Scenario(one.scenario.then)
+                pending.append(platform.launch(then, one.run_id, env=SAMPLED_ENV))
+        time.sleep(0.1)
 
 
 def _launch(platform: Platform, scenario: Scenario) -> Launched:
@@ -355,13 +359,17 @@ def print_goals(outcomes: list[Outcome]) -> None:
         where = f"{outcome.condition} #{outcome.repeat} {outcome.scenario.name} ({outcome.run_id})"
         if outcome.scenario.event is not None and outcome.hit is None:
             emit(f"miss  {where}: no {outcome.scenario.event}")
-        if outcome.hit is not None and outcome.scenario.load is not None:
-            report = top_report(outcome.hit)
-            if top_cause(outcome.hit) != outcome.scenario.top_cause or not report_names(
-                report, BURNER_NAME
-            ):
-                began = f"{outcome.load_started:%H:%M:%S}" if outcome.load_started else "never"
-                emit(f"cause {where}: load began {began}; {_describe(outcome.hit, full=True)}")
+        if outcome.hit is not None:
+            wrong = outcome.scenario.top_cause not in (None, top_cause(outcome.hit))
+            no_burner = outcome.scenario.load is not None and not report_names(
+                top_report(outcome.hit), BURNER_NAME
+            )
+            if wrong or no_burner:
+                began = ""
+                if outcome.scenario.load is not None:
+                    at = outcome.load_started
+                    began = f"load began {at:%H:%M:%S}; " if at else "load never began; "
+                emit(f"cause {where}: {began}{_describe(outcome.hit, full=True)}")
         for event in outcome.false:
             emit(f"false {where}: {_describe(event)}")
         for event in outcome.load_caused:
@@ -400,7 +408,6 @@ def main() -> None:
         f" started {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC"
     )
     outcomes: list[Outcome] = []
-    injected: Counter[str] = Counter()
     with fresh_database() as database_url, serve(NATS, database_url, FAST_RULES) as platform:
         for condition in conditions:
             for repeat in range(1, args.repeats + 1):
@@ -408,10 +415,10 @@ def main() -> None:
                 done, bursts = run_pass(platform, scenarios, condition, repeat, rng)
                 outcomes += done
                 ran = [b for b in bursts if b.started is not None]
-                injected[condition] += len(ran)
+                shapes = ", ".join(f"{b.load.burners}x{b.load.seconds:.0f}s" for b in ran)
                 emit(
                     f"pass {condition} #{repeat}: {len(done)} runs, {len(ran)} bursts of load"
-                    f" ({', '.join(f'{b.load.burners}x{b.load.seconds:.0f}s' for b in ran)}),"
+                    f" ({shapes or 'none'}; the scenarios' own included),"
                     f" {time.monotonic() - started:.0f} s, load average"
                     f" {os.getloadavg()[0]:.1f}"
                 )

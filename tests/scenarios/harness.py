@@ -172,6 +172,13 @@ class Platform:
         events: list[dict[str, Any]] = response.json().get("events", [])
         return events
 
+    def ended(self, launched: Launched, timeout: float = 90) -> bool:
+        """Whether the processes have ended, or are due to be killed (:meth:`finish`)."""
+        elapsed = time.monotonic() - launched.started
+        limit = launched.scenario.kill_after
+        due = elapsed >= timeout or (limit is not None and elapsed >= limit)
+        return due or all(process.poll() is not None for process in launched.processes)
+
     def finish(self, launched: Launched, timeout: float = 90) -> None:
         """Wait for the processes (killing a hung one after its time) and the load."""
         for process in launched.processes:
