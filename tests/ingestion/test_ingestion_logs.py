@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from conftest import ApiTokens
+from ingestion.otlp.otlp_messages import log_record, logs_export
 from mldiag_ingestion.app import create_app
 from mldiag_ingestion.service import MAX_LOG_MESSAGE_BYTES
 from mldiag_ingestion.settings import IngestionSettings
@@ -124,17 +125,22 @@ async def test_a_batch_too_large_for_one_message_is_published_in_chunks_once(
     assert texts == [f"{index:06d}" for index in range(4000)]
 
 
+async def _run_token(settings: NatsSettings, run_id: str) -> dict[str, str]:
+    """Headers with a token held to ``run_id``, as ``mldiag run`` hands each replica."""
+    secret = new_secret()
+    async with (
+        connect_bus(settings, "test-run-token") as bus,
+        open_token_directory(bus) as directory,
+    ):
+        grant = TokenGrant(token_id=f"replica-{uuid.uuid4()}", role=Role.EDITOR, run_id=run_id)
+        await directory.grant(secret_hash(secret), grant)
+    return {"Authorization": f"Bearer {secret}"}
+
+
 async def test_a_token_held_to_one_run_writes_that_run_only(
     api: httpx.AsyncClient, nats_settings: NatsSettings
 ) -> None:
-    secret = new_secret()
-    async with (
-        connect_bus(nats_settings, "test-run-token") as bus,
-        open_token_directory(bus) as directory,
-    ):
-        grant = TokenGrant(token_id="replica-1", role=Role.EDITOR, run_id="run-1")
-        await directory.grant(secret_hash(secret), grant)
-    scoped = {"Authorization": f"Bearer {secret}"}
+    scoped = await _run_token(nats_settings, "run-1")
     body = {"lines": [_line()]}
     assert (await api.post(WRITE, json=body, headers=scoped)).status_code == 202
     other = "/v1/machineLearningRuns/run-2/logs:write"
@@ -252,3 +258,22 @@ async def test_a_viewer_may_not_write_logs(
         refused = await viewer.post(WRITE, json={"lines": [_line()]})
     assert refused.status_code == 403
     assert await _stored(nats_settings) == []
+
+
+async def test_logs_write_and_the_otlp_logs_door_ask_for_the_same_permission(
+    api: httpx.AsyncClient, nats_settings: NatsSettings, api_tokens: ApiTokens
+) -> None:
+    # Log lines are telemetry on either door: writeMetrics, which a run's own token holds.
+    otlp_lines = logs_export(log_record("from otlp"), **{"mldiag.run_id": "run-1"})
+    otlp_body = otlp_lines.SerializeToString()
+    protobuf = {"Content-Type": "application/x-protobuf"}
+    scoped = await _run_token(nats_settings, "run-1")
+    viewer = {"Authorization": f"Bearer {api_tokens.viewer}"}
+    for headers, status in ((scoped, (202, 200)), (viewer, (403, 403))):
+        direct = await api.post(WRITE, json={"lines": [_line("direct")]}, headers=headers)
+        otlp = await api.post("/v1/logs", content=otlp_body, headers={**protobuf, **headers})
+        assert (direct.status_code, otlp.status_code) == status, (direct.text, otlp.text)
+    for refused in (direct, otlp):
+        assert "machineLearningRuns.writeMetrics" in refused.json()["error"]["message"]
+    texts = [line.text for message in await _stored(nats_settings) for line in message.lines]
+    assert sorted(texts) == ["direct", "from otlp"]

@@ -304,7 +304,7 @@ async def test_log_records_over_grpc_are_lines_of_their_runs_stored_once(
     )
 
 
-async def test_logs_exports_need_a_token_that_may_write_configs(
+async def test_logs_exports_need_a_token_that_may_write_telemetry(
     receiver: Receiver, api_tokens: ApiTokens, nats_settings: NatsSettings
 ) -> None:
     body = sdk_configs_export(RUN, {"lr": 1}).SerializeToString()
@@ -313,7 +313,7 @@ async def test_logs_exports_need_a_token_that_may_write_configs(
         assert (await otlp.post("/v1/logs", content=body, headers=PROTOBUF)).status_code == 401
         refused = await otlp.post("/v1/logs", content=body, headers=viewer)
         assert refused.status_code == 403
-        assert "machineLearningRuns.writeConfigs" in refused.json()["error"]["message"]
+        assert "machineLearningRuns.writeMetrics" in refused.json()["error"]["message"]
     with pytest.raises(grpc.aio.AioRpcError) as anonymous:
         await receiver.grpc.unary_unary(EXPORT_LOGS)(body, timeout=10)
     assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED

@@ -31,7 +31,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from mldiag_ingestion.errors import InvalidBatch
 from mldiag_ingestion.handlers import _read_body
 from mldiag_ingestion.otlp.errors import InvalidOtlp
-from mldiag_ingestion.otlp.service import AdmitRun, ExportResult, OtlpIngestion
+from mldiag_ingestion.otlp.service import ExportResult, OtlpIngestion
 from mldiag_platform.auth import Principal, TokenDirectory, requires
 from mldiag_platform.errors import MldiagError, PermissionDenied, Unauthenticated
 from mldiag_schemas.auth import Permission
@@ -64,9 +64,9 @@ class _Signal:
 
     name: str
     permission: Permission
-    export: Callable[[OtlpIngestion, bytes, datetime, AdmitRun], Awaitable[ExportResult]]
+    export: Callable[[OtlpIngestion, bytes, datetime, Principal], Awaitable[ExportResult]]
     """Parses the protobuf body (``InvalidOtlp`` when it is not) and exports it, if the
-    caller may write every run it names."""
+    caller may write every run it names (and configs, when it carries them)."""
     response: Callable[[ExportResult], Message]
 
 
@@ -91,19 +91,25 @@ def _logs_response(result: ExportResult) -> Message:
 
 
 async def _export_metrics(
-    otlp: OtlpIngestion, raw: bytes, at: datetime, admit_run: AdmitRun
+    otlp: OtlpIngestion, raw: bytes, at: datetime, principal: Principal
 ) -> ExportResult:
-    return await otlp.export(_parse(ExportMetricsServiceRequest, raw), at, admit_run)
+    return await otlp.export(_parse(ExportMetricsServiceRequest, raw), at, principal.admit_run)
 
 
 async def _export_logs(
-    otlp: OtlpIngestion, raw: bytes, at: datetime, admit_run: AdmitRun
+    otlp: OtlpIngestion, raw: bytes, at: datetime, principal: Principal
 ) -> ExportResult:
-    return await otlp.export_logs(_parse(ExportLogsServiceRequest, raw), at, admit_run)
+    def admit_configs() -> None:
+        principal.require(Permission.CONFIGS_WRITE)
+
+    request = _parse(ExportLogsServiceRequest, raw)
+    return await otlp.export_logs(request, at, principal.admit_run, admit_configs)
 
 
+# Log lines are telemetry, as on logs:write: the door asks for writeMetrics, which run-scoped
+# tokens hold; an export that also carries configs records needs writeConfigs besides.
 METRICS = _Signal("metrics", Permission.METRICS_WRITE, _export_metrics, _metrics_response)
-LOGS = _Signal("logs", Permission.CONFIGS_WRITE, _export_logs, _logs_response)
+LOGS = _Signal("logs", Permission.METRICS_WRITE, _export_logs, _logs_response)
 
 
 async def _export_http(request: Request, signal: _Signal, principal: Principal) -> Response:
@@ -116,7 +122,7 @@ async def _export_http(request: Request, signal: _Signal, principal: Principal) 
         body = await _read_body(request, limit)
     except InvalidBatch as exc:  # bad gzip: in OTLP's words
         raise InvalidOtlp(exc.message) from None
-    result = await signal.export(otlp, body, datetime.now(UTC), principal.admit_run)
+    result = await signal.export(otlp, body, datetime.now(UTC), principal)
     return Response(signal.response(result).SerializeToString(), media_type=PROTOBUF)
 
 
@@ -183,10 +189,8 @@ class ExportServicer:
         except PermissionDenied as exc:
             await context.abort(StatusCode.PERMISSION_DENIED, f"{exc.code}: {exc.message}")
         try:
-            result = await self._signal.export(
-                self._otlp, raw, datetime.now(UTC), principal.admit_run
-            )
-        except PermissionDenied as exc:  # a token held to another run
+            result = await self._signal.export(self._otlp, raw, datetime.now(UTC), principal)
+        except PermissionDenied as exc:  # another run, or configs without writeConfigs
             await context.abort(StatusCode.PERMISSION_DENIED, f"{exc.code}: {exc.message}")
         except MldiagError as exc:
             status = StatusCode.UNAVAILABLE if exc.retryable else StatusCode.INVALID_ARGUMENT

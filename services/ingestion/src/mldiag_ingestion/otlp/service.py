@@ -452,6 +452,10 @@ def _any_run(run_id: str) -> None:
     """Every run is open (a caller not held to one run)."""
 
 
+def _configs_open() -> None:
+    """Configs may be written (a caller not checked for it)."""
+
+
 class OtlpIngestion:
     """Writes mapped metric exports through :class:`IngestionService`, one write per run,
     and publishes configs records.
@@ -529,13 +533,18 @@ class OtlpIngestion:
         request: ExportLogsServiceRequest,
         received_at: datetime,
         admit_run: AdmitRun = _any_run,
+        admit_configs: Callable[[], None] = _configs_open,
     ) -> ExportResult:
         """Publish the configs records and log lines of a logs export, one log write per
-        run; answer once JetStream has them (``admit_run`` as for :meth:`export`)."""
+        run; answer once JetStream has them (``admit_run`` as for :meth:`export`;
+        ``admit_configs`` raises ``permission_denied`` when the caller may not write the
+        configs records it carries). Nothing is published unless every check passes."""
         mapped = map_logs(request, received_at)
         runs = sorted({report.run_id for report in mapped.reports} | set(mapped.lines))
         for run_id in runs:
             admit_run(run_id)
+        if mapped.reports:
+            admit_configs()
         if mapped.reports:
             await self._publisher.publish_many(mapped.reports)
         accepted = len(mapped.reports)
