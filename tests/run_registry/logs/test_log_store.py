@@ -118,6 +118,21 @@ async def test_a_redelivered_batch_is_stored_once(store: Store) -> None:
     assert await store.pool.fetchval("SELECT sum(line_count) FROM log_chunks") == 8
 
 
+async def test_pids_and_process_indexes_up_to_int64_are_served_exactly(store: Store) -> None:
+    # Ingestion accepts both up to 2**63 - 1; the chunk body keeps them as JSON numbers,
+    # so no column type caps them below that.
+    largest = 2**63 - 1
+    lines = [
+        line(0, "big", pid=largest, process_index=largest),
+        line(1, "none"),
+        line(2, "0", pid=0),
+    ]
+    await store.service.store([batch("run-a", lines)])
+    entries = await read_all(store.api, "run-a")
+    served = [(e["text"], e.get("pid"), e.get("processIndex")) for e in entries]
+    assert served == [("big", largest, largest), ("none", None, None), ("0", 0, None)]
+
+
 async def test_pages_follow_time_across_hosts_and_chunks(store: Store) -> None:
     # two hosts writing at once, each batch one chunk, batches interleaved in time
     for start in range(0, 40, 10):
