@@ -22,6 +22,7 @@ from mldiag_platform.bus import Publisher
 from mldiag_platform.database import create_pool
 from mldiag_platform.settings import DatabaseSettings, NatsSettings
 from mldiag_schemas.auth import Role
+from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.events import EventState, EventType, Severity, WorkloadEvent
 from mldiag_schemas.runs import Run, RunCreated, RunPhase, RunState
 from support import free_port, serving, wait_until
@@ -53,6 +54,15 @@ class Receiver:
     def on(self, path: str) -> list[Received]:
         """The requests to ``path``."""
         return [request for request in self.requests if request.path == path]
+
+    async def received(self, path: str, count: int = 1, timeout: float = 15.0) -> list[Received]:
+        """The requests to ``path`` once there are ``count`` of them (fails after
+        ``timeout``)."""
+
+        async def probe() -> list[Received]:
+            return self.on(path)
+
+        return await wait_until(probe, lambda found: len(found) >= count, timeout=timeout)
 
 
 @pytest.fixture
@@ -234,3 +244,52 @@ async def add_rule(
         json={"displayName": rule_id, "channels": channels, **rule},
     )
     assert response.status_code == 200, response.text
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A running notifier with what its tests drive it by: its API (an editor's), its
+    tables, the bus and an HTTP receiver."""
+
+    api: httpx.AsyncClient
+    db: asyncpg.Pool
+    publisher: Publisher
+    receiver: Receiver
+
+    async def known_run(self, run: Run) -> None:
+        """The run, kept by the notifier."""
+        await known_run(self.publisher, self.db, run)
+
+    async def hook(self, run_id: str = "r1", **rule: Any) -> None:
+        """A known run ``run_id`` and a signed webhook channel ``hook`` with the rule
+        ``to-hook`` (``rule``'s fields) sending every event to it."""
+        await self.known_run(make_run(run_id))
+        await webhook(self.api, self.receiver, **rule)
+
+    async def publish(self, *messages: Envelope) -> None:
+        """Publish ``messages`` in order."""
+        for message in messages:
+            await self.publisher.publish(message)
+
+    async def deliveries(self, filter_text: str = "") -> list[dict[str, Any]]:
+        """The delivery history (``filter`` as the API takes it)."""
+        return await deliveries(self.api, filter_text)
+
+
+@pytest.fixture
+def stage(
+    notifier_api: httpx.AsyncClient,
+    notifier_db: asyncpg.Pool,
+    publisher: Publisher,
+    receiver: Receiver,
+) -> Stage:
+    """The running notifier and its receiver (see :class:`Stage`)."""
+    return Stage(notifier_api, notifier_db, publisher, receiver)
+
+
+async def deliveries(client: httpx.AsyncClient, filter_text: str = "") -> list[dict[str, Any]]:
+    """The delivery history through ``client`` (``filter`` as the API takes it)."""
+    response = await client.get(f"{BASE}/notificationDeliveries", params={"filter": filter_text})
+    assert response.status_code == 200, response.text
+    found: list[dict[str, Any]] = response.json()["notificationDeliveries"]
+    return found

@@ -179,7 +179,7 @@ async def test_rules_round_trip_and_a_channel_in_use_cannot_be_deleted(
     assert rule["groupWindowSeconds"] == 60.0
 
     response = await notifier_api.delete(BASE + "/notificationChannels/hook")
-    error = error_of(response, 400)
+    error = error_of(response, 409)
     assert error["code"] == "channel_in_use"
     assert "pager" in error["message"]
 

@@ -2,6 +2,7 @@
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 import asyncpg
 import pytest
@@ -37,7 +38,7 @@ async def test_an_analysis_racing_the_decision_never_leaves_the_notification_wai
         event = make_event("r1")
         await asyncio.gather(
             repository.decide_opened(RUN, event, [plan], wait_seconds=30.0),
-            repository.save_analysis(event.event_id, cause, 1.0),
+            repository.save_analysis(event.event_id, cause, 1.0, datetime.now(UTC)),
         )
     waiting = await pool.fetchval(
         "SELECT count(*) FROM deliveries WHERE next_attempt_time > now() + interval '5 seconds'"

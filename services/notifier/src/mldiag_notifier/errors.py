@@ -46,11 +46,10 @@ class RuleExists(AlreadyExists):
 
 
 class ChannelInUse(FailedPrecondition):
-    """The channel is named by rules: they must stop naming it before it is deleted. A 400
-    (Google's FAILED_PRECONDITION), since the caller must change other resources first."""
+    """The channel is named by rules: they must stop naming it before it is deleted (a 409,
+    the platform's failed precondition: the caller must change other resources first)."""
 
     code = "channel_in_use"
-    http_status = 400
 
 
 class UnknownRun(NotFound):

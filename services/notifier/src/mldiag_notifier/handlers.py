@@ -208,7 +208,7 @@ async def update_channel(
 
 @_route("DELETE", _CHANNEL, Permission.CHANNELS_DELETE)
 async def delete_channel(channel_id: ChannelId, parent: ParentDep, admin: AdminDep) -> Response:
-    """Delete a channel; refused (400 ``channel_in_use``) while rules name it."""
+    """Delete a channel; refused (409 ``channel_in_use``) while rules name it."""
     await admin.delete_channel(parent.project, parent.location, channel_id)
     return _empty()
 

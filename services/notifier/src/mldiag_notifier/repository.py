@@ -394,20 +394,28 @@ class NotifierRepository:
     # --- analyses ---
 
     async def save_analysis(
-        self, event_id: uuid.UUID, top_cause: TopCause | None, time_lost_seconds: float
+        self,
+        event_id: uuid.UUID,
+        top_cause: TopCause | None,
+        time_lost_seconds: float,
+        create_time: datetime,
     ) -> int:
-        """Keep an event's top cause; make its waiting OPENED deliveries due now. Returns how
+        """Keep an event's latest top cause (a re-analysis replaces it; an older analysis
+        redelivered late does not); make its waiting OPENED deliveries due now. Returns how
         many were waiting."""
         async with self._pool.acquire() as conn, conn.transaction():
             await self._lock_event(conn, event_id)
             await conn.execute(
-                """INSERT INTO analyses (event_id, top_cause, time_lost_seconds)
-                   VALUES ($1, $2, $3)
+                """INSERT INTO analyses (event_id, top_cause, time_lost_seconds, create_time)
+                   VALUES ($1, $2, $3, $4)
                    ON CONFLICT (event_id) DO UPDATE SET top_cause = EXCLUDED.top_cause,
-                       time_lost_seconds = EXCLUDED.time_lost_seconds""",
+                       time_lost_seconds = EXCLUDED.time_lost_seconds,
+                       create_time = EXCLUDED.create_time
+                   WHERE analyses.create_time <= EXCLUDED.create_time""",
                 event_id,
                 top_cause.model_dump_json() if top_cause else None,
                 time_lost_seconds,
+                create_time,
             )
             status = await conn.execute(
                 """UPDATE deliveries SET next_attempt_time = now()
@@ -491,7 +499,10 @@ class NotifierRepository:
         self, run: RunFacts, event: WorkloadEvent, rules: dict[str, AlertRule]
     ) -> int:
         """Store the RESOLVED delivery of every (rule, channel) that notified the event's
-        opening (delivered, on its way, or suppressed) when the rule still wants it."""
+        opening (delivered, on its way, or suppressed) when the rule still wants it. An
+        opening folded into a grouped notification is resolved SUPPRESSED as grouped: one
+        notification told of the group, so one resolution per event would flood the same
+        channel the grouping spared."""
         queued = 0
         snapshot = event.model_dump_json()
         async with self._pool.acquire() as conn, conn.transaction():
@@ -499,7 +510,8 @@ class NotifierRepository:
             # analysis, or retrying), so a quick recovery does not overtake it.
             opened = await conn.fetch(
                 """SELECT rule, channel, max(next_attempt_time)
-                       FILTER (WHERE state IN ('PENDING', 'RETRYING')) AS opened_due
+                       FILTER (WHERE state IN ('PENDING', 'RETRYING')) AS opened_due,
+                       bool_or(grouped_into IS NOT NULL) AS grouped
                    FROM deliveries
                    WHERE event_id = $1 AND kind = 'OPENED' AND NOT is_group AND state <> 'DEAD'
                    GROUP BY rule, channel ORDER BY rule, channel""",
@@ -514,7 +526,11 @@ class NotifierRepository:
                 own_id = delivery_id(
                     event.event_id, NotificationKind.RESOLVED, rule.rule_id, plan.channel
                 )
-                over = await self._over_limit(conn, run, plan)
+                state, reason = DeliveryState.PENDING, ""
+                if row["grouped"]:
+                    state, reason = DeliveryState.SUPPRESSED, GROUPED
+                elif await self._over_limit(conn, run, plan):
+                    state, reason = DeliveryState.SUPPRESSED, RATE_LIMITED
                 queued += await self._insert(
                     conn,
                     run,
@@ -523,8 +539,8 @@ class NotifierRepository:
                     event,
                     snapshot,
                     kind=NotificationKind.RESOLVED,
-                    state=DeliveryState.SUPPRESSED if over else DeliveryState.PENDING,
-                    reason=RATE_LIMITED if over else "",
+                    state=state,
+                    reason=reason,
                     due=row["opened_due"],
                 )
         return queued

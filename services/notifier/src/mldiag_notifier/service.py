@@ -108,9 +108,14 @@ class RoutingService:
         )
 
     async def on_analysis(self, analysis: Analysis) -> None:
-        """Keep the event's top cause; its waiting OPENED notifications go now."""
+        """Keep the event's top cause; its waiting OPENED notifications go now. The first
+        analysis releases them; a re-analysis (one per event revision) only updates the
+        cause later notifications (the RESOLVED one) are rendered with."""
         waiting = await self._repository.save_analysis(
-            analysis.event_id, top_cause(analysis), analysis.time_lost_seconds
+            analysis.event_id,
+            top_cause(analysis),
+            analysis.time_lost_seconds,
+            analysis.create_time,
         )
         if waiting:
             self._wake()
