@@ -8,6 +8,7 @@ test("lines around an event start a minute before it", () => {
   assert.equal(sinceAround(null), "");
   assert.equal(sinceAround("not a time"), "");
   assert.equal(logsAroundHref("#/runs/r1", "2026-05-01T12:00:30Z"), "#/runs/r1/events?around=2026-05-01T12%3A00%3A30Z");
+  assert.equal(logsAroundHref("#/runs/r1", "2026-05-01T12:00:30Z", "e1"), "#/runs/r1/events?event=e1&around=2026-05-01T12%3A00%3A30Z");
 });
 
 test("logsQuery sends only the filters set, and the cursor", () => {

@@ -15,6 +15,7 @@ import { Throttle } from "../throttle";
 import type { Analysis, AnalyzerReport, DownsampleMetricResponse, MetricSummary, ProfilerSession, WorkloadEvent } from "../types";
 import { empty, errorBox, facts, kv, loading, severityBadge } from "../ui";
 import { eventDeliveries } from "./alerts";
+import { logsAroundHref } from "./logs";
 import { runPath, tabHref, type RunView } from "./run";
 
 export const SEVERITY_COLORS: Record<string, string> = {
@@ -232,6 +233,8 @@ export function eventsTab(view: RunView, scope: Scope, query: URLSearchParams): 
     replace(
       detail,
       eventDetail(view.session, event, analyses.get(event.eventId) ?? null, { sessions, profileHref: (session) => tabHref(view, "profiles", { session }) }),
+      // The run's lines from a minute before the event, in the logs panel beside this tab.
+      h("p", {}, h("a", { href: logsAroundHref(view.base, event.startTime, event.eventId), testid: "event-logs-link" }, "Log lines around this event")),
       // Who was told, and how that went (the notifier's delivery history): read once per
       // pick, not on every refresh of the events.
       notified(event.eventId),

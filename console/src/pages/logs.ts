@@ -51,9 +51,11 @@ export function lineText(entry: LogEntry): string {
   return `${entry.time} ${entry.host || "-"} ${entry.stream.toLowerCase()}  ${entry.text}`;
 }
 
-/** The link that opens a run's events with its lines from a minute before `startTime`. */
-export function logsAroundHref(base: string, startTime: string): string {
-  return `${base}/events?${new URLSearchParams({ around: startTime }).toString()}`;
+/** The link that opens a run's events (on `eventId`, when given) with its lines from a
+ *  minute before `startTime`. */
+export function logsAroundHref(base: string, startTime: string, eventId?: string): string {
+  const query = eventId ? { event: eventId, around: startTime } : { around: startTime };
+  return `${base}/events?${new URLSearchParams(query).toString()}`;
 }
 
 function select(testid: string, title: string, values: string[], label: (value: string) => string): HTMLSelectElement {
