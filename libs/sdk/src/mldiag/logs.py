@@ -27,9 +27,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
-
-from mldiag.transport import Outcome, Result, client
+from mldiag.transport import Outcome, client, post_batch
 
 logger = logging.getLogger("mldiag")
 
@@ -51,8 +49,6 @@ other fields) within one bus message."""
 BACKLOG_FACTOR = 5
 """A batch takes up to this many times ``batch_lines`` when more wait (a backlog drains in
 fewer requests; the platform's cost per request is mostly fixed)."""
-_RETRYABLE_4XX = frozenset({401, 403, 404, 408, 425, 429})
-"""Statuses that are not the batch's fault (as for metric batches, see transport)."""
 _FIRST_BACKOFF = 0.5
 _JOIN_SECONDS = 0.5
 
@@ -269,7 +265,7 @@ class LogShipper:
         body = gzip.compress(self._encode(uuid.uuid4(), batch), compresslevel=1)
         backoff = _FIRST_BACKOFF
         while True:
-            result = self._post(body)
+            result = post_batch(self._http, self._url, body)
             self.reachable = result.outcome is not Outcome.UNAVAILABLE
             if result.outcome is Outcome.SENT:
                 self.sent += len(batch)
@@ -311,23 +307,6 @@ class LogShipper:
         return json.dumps(
             {"batchId": str(batch_id), "lines": lines}, ensure_ascii=False, separators=(",", ":")
         ).encode("utf-8", "replace")
-
-    def _post(self, body: bytes) -> Result:
-        try:
-            response = self._http.post(
-                self._url,
-                content=body,
-                headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
-            )
-        except httpx.HTTPError as error:
-            return Result(Outcome.UNAVAILABLE, detail=f"{type(error).__name__}: {error}")
-        status = response.status_code
-        if status < 300:
-            return Result(Outcome.SENT, status)
-        detail = response.text[:2000]
-        if 400 <= status < 500 and status not in _RETRYABLE_4XX:
-            return Result(Outcome.REJECTED, status, detail)
-        return Result(Outcome.UNAVAILABLE, status, detail)
 
 
 _LEVELS = ((logging.CRITICAL, "CRITICAL"), (logging.ERROR, "ERROR"), (logging.WARNING, "WARNING"))

@@ -48,6 +48,27 @@ def client(token: str, timeout: float, *, verify: ssl.SSLContext | bool = True) 
     return httpx.Client(headers=headers, timeout=timeout, verify=verify)
 
 
+def post_batch(http: httpx.Client, url: str, body: bytes, timeout: float | None = None) -> Result:
+    """POST one gzipped JSON batch to an ingestion write route (``metrics:write``,
+    ``logs:write``) and classify the answer; never raises."""
+    try:
+        response = http.post(
+            url,
+            content=body,
+            headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+            timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+        )
+    except httpx.HTTPError as error:
+        return Result(Outcome.UNAVAILABLE, detail=f"{type(error).__name__}: {error}")
+    status = response.status_code
+    if status < 300:
+        return Result(Outcome.SENT, status)
+    detail = response.text[:2000]
+    if 400 <= status < 500 and status not in _RETRYABLE_4XX:
+        return Result(Outcome.REJECTED, status, detail)
+    return Result(Outcome.UNAVAILABLE, status, detail)
+
+
 class MetricsWriter:
     """Posts gzipped ``WriteMetricsRequest`` bodies to ingestion's ``metrics:write``."""
 
@@ -58,19 +79,4 @@ class MetricsWriter:
     def write(self, run_id: str, body: bytes, timeout: float | None = None) -> Result:
         """Send one batch; never raises."""
         url = f"{self._base}/v1/machineLearningRuns/{run_id}/metrics:write"
-        try:
-            response = self._http.post(
-                url,
-                content=body,
-                headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
-                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
-            )
-        except httpx.HTTPError as error:
-            return Result(Outcome.UNAVAILABLE, detail=f"{type(error).__name__}: {error}")
-        status = response.status_code
-        if status < 300:
-            return Result(Outcome.SENT, status)
-        detail = response.text[:2000]
-        if 400 <= status < 500 and status not in _RETRYABLE_4XX:
-            return Result(Outcome.REJECTED, status, detail)
-        return Result(Outcome.UNAVAILABLE, status, detail)
+        return post_batch(self._http, url, body, timeout)
