@@ -119,7 +119,12 @@ def test_channels_from_create_to_delete(
     described = mldiag("alerts", "channels", "describe", *api, "team-hook")
     assert "secretKeys" in described.out and "s3cret-from-stdin" not in described.out
 
-    assert mldiag("alerts", "channels", "delete", *api, "am").out == "deleted channel am\n"
+    # A full name works wherever an id does.
+    full = "projects/default/locations/local/notificationChannels/am"
+    assert _json(mldiag("alerts", "channels", "describe", *api, full, "--format=json"))["name"] == (
+        full
+    )
+    assert mldiag("alerts", "channels", "delete", *api, full).out == "deleted channel am\n"
     missing = mldiag("alerts", "channels", "describe", *api, "am")
     assert missing.code == 1
     assert missing.err.startswith("error: channel_not_found: ")

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 
 import httpx
 
+from mldiag._training import parse_resource_name
 from mldiag.api_client import (
     DEFAULT_API_URL,
     DEFAULT_LOCATION,
@@ -86,14 +87,10 @@ class AlertsClient(_Client):
         self._http = _http_client(self.base_url, token, timeout, transport)
 
     def _path(self, collection: str, reference: str, suffix: str = "") -> str:
-        parts = reference.strip().strip("/").split("/")
-        if len(parts) == 6 and (parts[0], parts[2], parts[4]) == (
-            "projects",
-            "locations",
-            collection,
-        ):
-            return f"/v1/{'/'.join(parts)}{suffix}"
-        return f"{self._prefix}/{collection}/{parts[-1]}{suffix}"
+        project, location, resource = parse_resource_name(reference, collection)
+        if project is not None:  # a full name: its own project and location
+            return f"/v1/projects/{project}/locations/{location}/{collection}/{resource}{suffix}"
+        return f"{self._prefix}/{collection}/{resource}{suffix}"
 
     def _every(self, collection: str, filter: str, page_size: int | None) -> Iterator[JsonObject]:
         token = ""

@@ -22,6 +22,7 @@ from mldiag.cli.output import labels_cell, short_time
 from mldiag.cli.registry import Context, UsageError, add_global_options
 from mldiag.cli.resources import (
     client_kwargs,
+    emit_deleted,
     emit_fields,
     emit_list,
     list_all,
@@ -325,8 +326,7 @@ def _describe_channel(ctx: Context, args: argparse.Namespace) -> int:
 def _delete_channel(ctx: Context, args: argparse.Namespace) -> int:
     with _alerts(ctx, args) as alerts:
         answer = alerts.delete_channel(args.channel)
-    ctx.emit(answer, lambda: f"deleted channel {args.channel.rsplit('/', 1)[-1]}")
-    return 0
+    return emit_deleted(ctx, answer, args.channel, CHANNELS, "channel")
 
 
 def _test_channel(ctx: Context, args: argparse.Namespace) -> int:
@@ -412,8 +412,7 @@ def _describe_rule(ctx: Context, args: argparse.Namespace) -> int:
 def _delete_rule(ctx: Context, args: argparse.Namespace) -> int:
     with _alerts(ctx, args) as alerts:
         answer = alerts.delete_rule(args.rule)
-    ctx.emit(answer, lambda: f"deleted alert rule {args.rule.rsplit('/', 1)[-1]}")
-    return 0
+    return emit_deleted(ctx, answer, args.rule, RULES, "alert rule")
 
 
 # deliveries
