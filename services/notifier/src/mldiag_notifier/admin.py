@@ -4,7 +4,8 @@ channels must exist), the delivery history and test sends. No SQL, no HTTP."""
 import json
 import re
 import secrets as tokens
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import structlog
 from pydantic import ValidationError
@@ -47,6 +48,8 @@ from mldiag_schemas.alerts import (
 )
 
 log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
@@ -175,14 +178,28 @@ def check_values(kind: ChannelKind, config: dict[str, str], secrets: dict[str, s
         raise ValueError("secrets.urls: give at least one Apprise URL")
 
 
-def _page_token(last_id: str) -> str:
-    return keyset_token([last_id], query_digest("", ""))
-
-
 def _after(page_token: str) -> str | None:
+    """The id a page of a list by id starts after (None for the first page)."""
     if not page_token:
         return None
     return str(keyset_position(page_token, _BY_ID, query_digest("", ""), ())[0])
+
+
+def _id_page(found: list[T], size: int, id_of: Callable[[T], str]) -> tuple[list[T], str]:
+    """A page of a list by id, from ``found`` (read one past ``size`` to learn whether
+    another page follows), and the next page's token ("" on the last)."""
+    page = found[:size]
+    if len(found) <= size:
+        return page, ""
+    return page, keyset_token([id_of(page[-1])], query_digest("", ""))
+
+
+def _channel_id(channel: NotificationChannel) -> str:
+    return channel.channel_id
+
+
+def _rule_id(rule: AlertRule) -> str:
+    return rule.rule_id
 
 
 class AlertsAdmin:
@@ -245,8 +262,7 @@ class AlertsAdmin:
         """Channels by id, one page."""
         size = page_size(requested_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         found = await self._repository.channels(project, location, size + 1, _after(page_token))
-        page = [stored.channel for stored in found[:size]]
-        token = _page_token(page[-1].channel_id) if len(found) > size else ""
+        page, token = _id_page([stored.channel for stored in found], size, _channel_id)
         return ListNotificationChannelsResponse(notification_channels=page, next_page_token=token)
 
     async def update_channel(
@@ -361,8 +377,7 @@ class AlertsAdmin:
         """Rules by id, one page."""
         size = page_size(requested_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         found = await self._repository.rules(project, location, size + 1, _after(page_token))
-        page = found[:size]
-        token = _page_token(page[-1].rule_id) if len(found) > size else ""
+        page, token = _id_page(found, size, _rule_id)
         return ListAlertRulesResponse(alert_rules=page, next_page_token=token)
 
     async def update_rule(

@@ -2,8 +2,10 @@
 knows about either)."""
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Annotated, Any, cast
 
+import structlog
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel
 
@@ -59,6 +61,12 @@ RUNS_CONSUMER = ConsumerSpec(
 )
 
 
+def _bound(delivery: Delivery[Any]) -> AbstractContextManager[None]:
+    """The delivery's subject on every log line written while it is handled (the service
+    adds the run and the event)."""
+    return structlog.contextvars.bound_contextvars(subject=delivery.subject)
+
+
 class BusHandlers:
     """The notifier's batch handlers, bound to its routing service."""
 
@@ -69,22 +77,25 @@ class BusHandlers:
         """Route opened and resolved events, in order."""
         for delivery in deliveries:
             message = delivery.message
-            if isinstance(message, WorkloadEventOpened):
-                await self._service.on_opened(message.event)
-            elif isinstance(message, WorkloadEventResolved):
-                await self._service.on_resolved(message.event)
+            with _bound(delivery):
+                if isinstance(message, WorkloadEventOpened):
+                    await self._service.on_opened(message.event)
+                elif isinstance(message, WorkloadEventResolved):
+                    await self._service.on_resolved(message.event)
 
     async def on_analyses(self, deliveries: list[Delivery[AnalysisCompleted]]) -> None:
         """Keep each analysis's top cause."""
         for delivery in deliveries:
-            await self._service.on_analysis(delivery.message.analysis)
+            with _bound(delivery):
+                await self._service.on_analysis(delivery.message.analysis)
 
     async def on_runs(self, deliveries: list[Delivery[Envelope]]) -> None:
         """Keep the runs read model."""
         for delivery in deliveries:
             message = delivery.message
             if isinstance(message, RunCreated | RunUpdated | RunPhaseChanged | RunDeleted):
-                await self._service.on_run(message.run, deleted=isinstance(message, RunDeleted))
+                with _bound(delivery):
+                    await self._service.on_run(message.run, deleted=isinstance(message, RunDeleted))
 
 
 def register(connection: Bus, service: RoutingService) -> None:

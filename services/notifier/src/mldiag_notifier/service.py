@@ -8,7 +8,7 @@ import structlog
 from mldiag_notifier.errors import UnknownRun
 from mldiag_notifier.repository import NotifierRepository, Plan
 from mldiag_notifier.routing import RunFacts, matches
-from mldiag_schemas.alerts import TopCause
+from mldiag_schemas.alerts import NotificationKind, TopCause
 from mldiag_schemas.analyses import Analysis, DetectionState
 from mldiag_schemas.events import WorkloadEvent
 from mldiag_schemas.runs import Run
@@ -79,16 +79,7 @@ class RoutingService:
         queued = 0
         if plans:
             queued = await self._repository.decide_opened(run, event, plans, self._analysis_wait)
-        if queued:
-            self._wake()
-        log.info(
-            "notifier.event.routed",
-            run=event.run_id,
-            event_id=str(event.event_id),
-            kind="OPENED",
-            plans=len(plans),
-            queued=queued,
-        )
+        self._routed(event, NotificationKind.OPENED, queued, plans=len(plans))
 
     async def on_resolved(self, event: WorkloadEvent) -> None:
         """Decide the RESOLVED deliveries of the rules that notified the opening."""
@@ -97,14 +88,21 @@ class RoutingService:
             rule.rule_id: rule for rule in await self._repository.rules(run.project, run.location)
         }
         queued = await self._repository.decide_resolved(run, event, rules)
+        self._routed(event, NotificationKind.RESOLVED, queued)
+
+    def _routed(
+        self, event: WorkloadEvent, kind: NotificationKind, queued: int, **fields: int
+    ) -> None:
+        """Wake the sender when deliveries were queued; one summary line per event."""
         if queued:
             self._wake()
         log.info(
             "notifier.event.routed",
             run=event.run_id,
             event_id=str(event.event_id),
-            kind="RESOLVED",
+            kind=kind.value,
             queued=queued,
+            **fields,
         )
 
     async def on_analysis(self, analysis: Analysis) -> None:
