@@ -3,7 +3,6 @@ batch stored once, bad lines refused by index with a stable code."""
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import httpx
@@ -11,9 +10,7 @@ import pytest
 
 from conftest import ApiTokens
 from ingestion.otlp.otlp_messages import log_record, logs_export
-from mldiag_ingestion.app import create_app
 from mldiag_ingestion.service import MAX_LOG_MESSAGE_BYTES
-from mldiag_ingestion.settings import IngestionSettings
 from mldiag_platform.auth import new_secret, open_token_directory, secret_hash
 from mldiag_platform.bus import connect_bus
 from mldiag_platform.settings import NatsSettings
@@ -26,22 +23,13 @@ from mldiag_schemas.logs import (
     LogSeverity,
     LogStream,
 )
-from support import read_messages, serving
+from support import read_messages
 
 pytestmark = pytest.mark.connected
 
 WRITE = "/v1/machineLearningRuns/run-1/logs:write"
 LONG_WRITE = "/v1/projects/default/locations/local/machineLearningRuns/run-1/logs:write"
 NOW = datetime.now(UTC).isoformat()
-
-
-@pytest.fixture
-async def api(
-    nats_settings: NatsSettings, api_tokens: ApiTokens
-) -> AsyncIterator[httpx.AsyncClient]:
-    settings = IngestionSettings(nats=nats_settings, otlp_grpc_port=0, otlp_http_port=0)
-    async with serving(create_app(settings), api_tokens.headers()) as client:
-        yield client
 
 
 def _line(text: str = "hello", **fields: object) -> dict[str, object]:
@@ -251,11 +239,10 @@ async def test_bad_input_gets_a_stable_code_and_publishes_nothing(
 
 
 async def test_a_viewer_may_not_write_logs(
-    nats_settings: NatsSettings, api_tokens: ApiTokens
+    api: httpx.AsyncClient, nats_settings: NatsSettings, api_tokens: ApiTokens
 ) -> None:
-    settings = IngestionSettings(nats=nats_settings, otlp_grpc_port=0, otlp_http_port=0)
-    async with serving(create_app(settings), api_tokens.headers(Role.VIEWER)) as viewer:
-        refused = await viewer.post(WRITE, json={"lines": [_line()]})
+    viewer = api_tokens.headers(Role.VIEWER)
+    refused = await api.post(WRITE, json={"lines": [_line()]}, headers=viewer)
     assert refused.status_code == 403
     assert await _stored(nats_settings) == []
 

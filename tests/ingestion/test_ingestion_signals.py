@@ -1,33 +1,21 @@
 """Lifecycle signals through ingestion against a real NATS server: 204 once JetStream has
 them, one message per signal however often the client retries."""
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 
 from conftest import ApiTokens
-from mldiag_ingestion.app import create_app
-from mldiag_ingestion.settings import IngestionSettings
 from mldiag_platform.settings import NatsSettings
 from mldiag_schemas.auth import Role
 from mldiag_schemas.bus import SIGNAL_RECEIVED
 from mldiag_schemas.telemetry import SignalKind, WorkloadSignalReported
-from support import read_messages, serving
+from support import read_messages
 
 pytestmark = pytest.mark.connected
 
 REPORT = "/v1/machineLearningRuns/run-1:reportSignal"
-
-
-@pytest.fixture
-async def api(
-    nats_settings: NatsSettings, api_tokens: ApiTokens
-) -> AsyncIterator[httpx.AsyncClient]:
-    settings = IngestionSettings(nats=nats_settings, otlp_grpc_port=0, otlp_http_port=0)
-    async with serving(create_app(settings), api_tokens.headers()) as client:
-        yield client
 
 
 async def _signals(settings: NatsSettings) -> list[WorkloadSignalReported]:
