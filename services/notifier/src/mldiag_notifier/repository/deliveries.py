@@ -1,4 +1,5 @@
-"""The notifier's tables: the runs read model, channels, rules, analyses and deliveries.
+"""Deliveries: deciding them (OPENED, RESOLVED, grouped, rate limited), claiming the due
+ones, recording each attempt, and the history.
 
 Deciding a delivery takes a transaction-scoped advisory lock on its (project, location,
 rule, channel), so the grouping window and the hourly count it reads cannot change under it
@@ -7,7 +8,9 @@ rule, channel), so the grouping window and the hourly count it reads cannot chan
 one replica at a time; one whose sender crashed comes due again when the claim runs out.
 """
 
-import json
+# ruff: noqa: S608  # only the module's column list and the listing's SQL builders are
+# interpolated (as in every repository.py, see pyproject); values are always $n parameters
+
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,17 +19,15 @@ from typing import Any
 
 import asyncpg
 
+from mldiag_notifier.repository.common import Table, lock_event
 from mldiag_notifier.routing import RunFacts, delivery_id, group_delivery_id
 from mldiag_platform.listing.filtering import Expr, OrderKey
 from mldiag_platform.listing.sql import keyset_sql, order_sql, where_sql
 from mldiag_schemas.alerts import (
     AlertRule,
-    ChannelKind,
     DeliveryState,
-    NotificationChannel,
     NotificationDelivery,
     NotificationKind,
-    TopCause,
 )
 from mldiag_schemas.events import WorkloadEvent
 
@@ -54,27 +55,9 @@ _DELIVERY = (
 )
 
 
-def channel_name(project: str, location: str, channel_id: str) -> str:
-    """A channel's resource name."""
-    return f"projects/{project}/locations/{location}/notificationChannels/{channel_id}"
-
-
-def rule_name(project: str, location: str, rule_id: str) -> str:
-    """A rule's resource name."""
-    return f"projects/{project}/locations/{location}/alertRules/{rule_id}"
-
-
 def delivery_name(project: str, location: str, delivery: uuid.UUID) -> str:
     """A delivery's resource name."""
     return f"projects/{project}/locations/{location}/notificationDeliveries/{delivery}"
-
-
-@dataclass(frozen=True)
-class StoredChannel:
-    """A channel as stored: its resource (secrets empty) and its sealed secrets."""
-
-    channel: NotificationChannel
-    sealed: bytes
 
 
 @dataclass(frozen=True)
@@ -94,38 +77,6 @@ class Plan:
 
     rule: AlertRule
     channel: str
-
-
-def _channel(row: asyncpg.Record) -> StoredChannel:
-    channel = NotificationChannel(
-        name=channel_name(row["project"], row["location"], row["channel_id"]),
-        channel_id=row["channel_id"],
-        display_name=row["display_name"],
-        kind=ChannelKind(row["kind"]),
-        config=json.loads(row["config"]),
-        secret_keys=list(row["secret_keys"]),
-        enabled=row["enabled"],
-        create_time=row["create_time"],
-        update_time=row["update_time"],
-    )
-    return StoredChannel(channel, bytes(row["secrets"]))
-
-
-def _rule(row: asyncpg.Record) -> AlertRule:
-    body: dict[str, Any] = json.loads(row["rule"])
-    return AlertRule.model_validate(
-        {
-            **body,
-            "name": rule_name(row["project"], row["location"], row["rule_id"]),
-            "ruleId": row["rule_id"],
-            "createTime": row["create_time"],
-            "updateTime": row["update_time"],
-        }
-    )
-
-
-def _rule_body(rule: AlertRule) -> str:
-    return rule.model_dump_json(exclude={"name", "rule_id", "create_time", "update_time"})
 
 
 def _delivery(row: asyncpg.Record) -> DeliveryRow:
@@ -148,294 +99,10 @@ def _delivery(row: asyncpg.Record) -> DeliveryRow:
     return DeliveryRow(delivery, row["project"], row["location"], event, row["is_group"])
 
 
-class NotifierRepository:
-    """Every query of the notifier."""
+class DeliveriesTable(Table):
+    """Deliveries: decided, sent, and listed."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
-        self._pool = pool
-
-    # --- runs (read model) ---
-
-    async def save_run(self, run: RunFacts, deleted: bool, update_time: datetime) -> None:
-        """Upsert a run's facts unless a later fact is stored already."""
-        await self._pool.execute(
-            """INSERT INTO runs (run_id, project, location, name, display_name, run_set,
-                   labels, deleted, update_time)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-               ON CONFLICT (run_id) DO UPDATE SET project = EXCLUDED.project,
-                   location = EXCLUDED.location, name = EXCLUDED.name,
-                   display_name = EXCLUDED.display_name, run_set = EXCLUDED.run_set,
-                   labels = EXCLUDED.labels, deleted = runs.deleted OR EXCLUDED.deleted,
-                   update_time = EXCLUDED.update_time
-               WHERE runs.update_time <= EXCLUDED.update_time OR EXCLUDED.deleted""",
-            run.run_id,
-            run.project,
-            run.location,
-            run.name,
-            run.display_name,
-            run.run_set,
-            json.dumps(run.labels),
-            deleted,
-            update_time,
-        )
-
-    async def run(self, run_id: str) -> RunFacts | None:
-        """A run's facts (a deleted run's too: its last events still notify)."""
-        row = await self._pool.fetchrow("SELECT * FROM runs WHERE run_id = $1", run_id)
-        if row is None:
-            return None
-        return RunFacts(
-            run_id=row["run_id"],
-            project=row["project"],
-            location=row["location"],
-            name=row["name"],
-            display_name=row["display_name"],
-            run_set=row["run_set"],
-            labels=json.loads(row["labels"]),
-        )
-
-    # --- channels ---
-
-    async def insert_channel(
-        self, project: str, location: str, channel: NotificationChannel, sealed: bytes
-    ) -> StoredChannel | None:
-        """Store a new channel; None when its id is taken."""
-        try:
-            row = await self._pool.fetchrow(
-                """INSERT INTO channels (project, location, channel_id, display_name, kind,
-                       config, secrets, secret_keys, enabled)
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING *""",
-                project,
-                location,
-                channel.channel_id,
-                channel.display_name,
-                channel.kind.value,
-                json.dumps(channel.config),
-                sealed,
-                sorted(channel.secrets),
-                channel.enabled,
-            )
-        except asyncpg.UniqueViolationError:
-            return None
-        return _channel(row)
-
-    async def channel(self, project: str, location: str, channel_id: str) -> StoredChannel | None:
-        """One channel, or None."""
-        row = await self._pool.fetchrow(
-            "SELECT * FROM channels WHERE project = $1 AND location = $2 AND channel_id = $3",
-            project,
-            location,
-            channel_id,
-        )
-        return _channel(row) if row else None
-
-    async def channels(
-        self, project: str, location: str, size: int, after: str | None
-    ) -> list[StoredChannel]:
-        """Up to ``size`` channels by id, after the id ``after``."""
-        rows = await self._pool.fetch(
-            """SELECT * FROM channels WHERE project = $1 AND location = $2
-                   AND ($3::text IS NULL OR channel_id > $3)
-               ORDER BY channel_id LIMIT $4""",
-            project,
-            location,
-            after,
-            size,
-        )
-        return [_channel(row) for row in rows]
-
-    async def update_channel(
-        self, project: str, location: str, channel: NotificationChannel, sealed: bytes
-    ) -> StoredChannel | None:
-        """Replace a channel's changeable fields; None when it is gone."""
-        row = await self._pool.fetchrow(
-            """UPDATE channels SET display_name = $4, config = $5, secrets = $6,
-                   secret_keys = $7, enabled = $8, update_time = now()
-               WHERE project = $1 AND location = $2 AND channel_id = $3 RETURNING *""",
-            project,
-            location,
-            channel.channel_id,
-            channel.display_name,
-            json.dumps(channel.config),
-            sealed,
-            sorted(channel.secret_keys),
-            channel.enabled,
-        )
-        return _channel(row) if row else None
-
-    async def delete_channel(
-        self, project: str, location: str, channel_id: str
-    ) -> tuple[bool, list[str]]:
-        """Delete a channel no rule names: (deleted, the rules naming it)."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            # Locked first, so a rule naming it cannot be created between check and delete.
-            found = await conn.fetchval(
-                """SELECT true FROM channels WHERE project = $1 AND location = $2
-                       AND channel_id = $3 FOR UPDATE""",
-                project,
-                location,
-                channel_id,
-            )
-            if not found:
-                return False, []
-            users = await conn.fetch(
-                """SELECT rule_id FROM rules WHERE project = $1 AND location = $2
-                       AND channels @> ARRAY[$3]::text[] ORDER BY rule_id""",
-                project,
-                location,
-                channel_id,
-            )
-            if users:
-                return False, [row["rule_id"] for row in users]
-            await conn.execute(
-                "DELETE FROM channels WHERE project = $1 AND location = $2 AND channel_id = $3",
-                project,
-                location,
-                channel_id,
-            )
-            return True, []
-
-    # --- rules ---
-
-    async def _missing_channels(
-        self, conn: asyncpg.Connection, project: str, location: str, channels: Sequence[str]
-    ) -> list[str]:
-        # FOR SHARE: a named channel cannot be deleted before this transaction ends.
-        rows = await conn.fetch(
-            """SELECT channel_id FROM channels WHERE project = $1 AND location = $2
-                   AND channel_id = ANY($3::text[]) FOR SHARE""",
-            project,
-            location,
-            list(channels),
-        )
-        found = {row["channel_id"] for row in rows}
-        return [channel for channel in channels if channel not in found]
-
-    async def insert_rule(
-        self, project: str, location: str, rule: AlertRule
-    ) -> tuple[AlertRule | None, list[str]]:
-        """Store a new rule: (the rule, []), (None, missing channels), or (None, []) when
-        its id is taken."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            missing = await self._missing_channels(conn, project, location, rule.channels)
-            if missing:
-                return None, missing
-            try:
-                row = await conn.fetchrow(
-                    """INSERT INTO rules (project, location, rule_id, rule, channels, enabled)
-                       VALUES ($1, $2, $3, $4, $5, $6)
-                       ON CONFLICT DO NOTHING RETURNING *""",
-                    project,
-                    location,
-                    rule.rule_id,
-                    _rule_body(rule),
-                    rule.channels,
-                    rule.enabled,
-                )
-            except asyncpg.UniqueViolationError:  # pragma: no cover - ON CONFLICT covers it
-                row = None
-            return (_rule(row) if row else None), []
-
-    async def rule(self, project: str, location: str, rule_id: str) -> AlertRule | None:
-        """One rule, or None."""
-        row = await self._pool.fetchrow(
-            "SELECT * FROM rules WHERE project = $1 AND location = $2 AND rule_id = $3",
-            project,
-            location,
-            rule_id,
-        )
-        return _rule(row) if row else None
-
-    async def rules(
-        self, project: str, location: str, size: int | None = None, after: str | None = None
-    ) -> list[AlertRule]:
-        """Rules by id (every one without ``size``), after the id ``after``."""
-        rows = await self._pool.fetch(
-            """SELECT * FROM rules WHERE project = $1 AND location = $2
-                   AND ($3::text IS NULL OR rule_id > $3)
-               ORDER BY rule_id LIMIT $4""",
-            project,
-            location,
-            after,
-            size,
-        )
-        return [_rule(row) for row in rows]
-
-    async def update_rule(
-        self, project: str, location: str, rule: AlertRule
-    ) -> tuple[AlertRule | None, list[str]]:
-        """Replace a rule: (the rule, []), (None, missing channels) or (None, []) when gone."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            missing = await self._missing_channels(conn, project, location, rule.channels)
-            if missing:
-                return None, missing
-            row = await conn.fetchrow(
-                """UPDATE rules SET rule = $4, channels = $5, enabled = $6, update_time = now()
-                   WHERE project = $1 AND location = $2 AND rule_id = $3 RETURNING *""",
-                project,
-                location,
-                rule.rule_id,
-                _rule_body(rule),
-                rule.channels,
-                rule.enabled,
-            )
-            return (_rule(row) if row else None), []
-
-    async def delete_rule(self, project: str, location: str, rule_id: str) -> bool:
-        """Delete a rule; whether it was there."""
-        status = await self._pool.execute(
-            "DELETE FROM rules WHERE project = $1 AND location = $2 AND rule_id = $3",
-            project,
-            location,
-            rule_id,
-        )
-        return str(status).endswith(" 1")
-
-    # --- analyses ---
-
-    async def save_analysis(
-        self,
-        event_id: uuid.UUID,
-        top_cause: TopCause | None,
-        time_lost_seconds: float,
-        create_time: datetime,
-    ) -> int:
-        """Keep an event's latest top cause (a re-analysis replaces it; an older analysis
-        redelivered late does not); make its waiting OPENED deliveries due now. Returns how
-        many were waiting."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            await self._lock_event(conn, event_id)
-            await conn.execute(
-                """INSERT INTO analyses (event_id, top_cause, time_lost_seconds, create_time)
-                   VALUES ($1, $2, $3, $4)
-                   ON CONFLICT (event_id) DO UPDATE SET top_cause = EXCLUDED.top_cause,
-                       time_lost_seconds = EXCLUDED.time_lost_seconds,
-                       create_time = EXCLUDED.create_time
-                   WHERE analyses.create_time <= EXCLUDED.create_time""",
-                event_id,
-                top_cause.model_dump_json() if top_cause else None,
-                time_lost_seconds,
-                create_time,
-            )
-            status = await conn.execute(
-                """UPDATE deliveries SET next_attempt_time = now()
-                   WHERE event_id = $1 AND kind = 'OPENED' AND state = 'PENDING'
-                       AND attempts = 0 AND next_attempt_time > now()""",
-                event_id,
-            )
-        return int(str(status).rsplit(" ", 1)[-1])
-
-    async def analysis(self, event_id: uuid.UUID) -> tuple[TopCause | None, float] | None:
-        """An event's top cause and time lost, None before its analysis came."""
-        row = await self._pool.fetchrow(
-            "SELECT top_cause, time_lost_seconds FROM analyses WHERE event_id = $1", event_id
-        )
-        if row is None:
-            return None
-        cause = TopCause.model_validate_json(row["top_cause"]) if row["top_cause"] else None
-        return cause, float(row["time_lost_seconds"])
-
-    # --- deciding deliveries ---
+    # --- deciding ---
 
     async def decide_opened(
         self, run: RunFacts, event: WorkloadEvent, plans: Sequence[Plan], wait_seconds: float
@@ -445,7 +112,7 @@ class NotifierRepository:
         queued = 0
         snapshot = event.model_dump_json()
         async with self._pool.acquire() as conn, conn.transaction():
-            await self._lock_event(conn, event.event_id)
+            await lock_event(conn, event.event_id)
             analysed = await conn.fetchval(
                 "SELECT true FROM analyses WHERE event_id = $1", event.event_id
             )
@@ -549,14 +216,6 @@ class NotifierRepository:
     async def _exists(conn: asyncpg.Connection, delivery: uuid.UUID) -> bool:
         found = await conn.fetchval("SELECT true FROM deliveries WHERE delivery_id = $1", delivery)
         return bool(found)
-
-    @staticmethod
-    async def _lock_event(conn: asyncpg.Connection, event_id: uuid.UUID) -> None:
-        """Serialise an event's decision and its analysis: the analysis arriving in the same
-        instant either is seen by the decision (no wait) or sees its deliveries (releases
-        them), never neither."""
-        key = f"notifier:event:{event_id}"
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
 
     @staticmethod
     async def _lock(conn: asyncpg.Connection, run: RunFacts, rule: str, channel: str) -> None:
