@@ -1,5 +1,5 @@
 """What the benchmark scripts share: printing, free ports, the services as processes, and
-percentiles and the clean-up of a namespace's streams.
+percentiles, a fresh database and the clean-up of a namespace's streams.
 
 Benchmarks run as scripts (``.venv/bin/python benchmarks/NAME.py``), so their own folder is
 on ``sys.path`` and ``import _support`` finds this file.
@@ -83,3 +83,26 @@ async def drop_streams(nats_url: str, namespace: str) -> None:
                 await js.delete_stream(name)
     finally:
         await client.close()
+
+
+async def create_database(server_url: str, name: str) -> str:
+    """Create database ``name`` on the PostgreSQL server of ``server_url``; its URL."""
+    import asyncpg  # noqa: PLC0415  # only the scripts that store need it
+
+    admin = await asyncpg.connect(server_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    return f"{server_url.rpartition('/')[0]}/{name}"
+
+
+async def drop_database(server_url: str, name: str) -> None:
+    """Drop database ``name`` (if it is there), closing its connections."""
+    import asyncpg  # noqa: PLC0415  # only the scripts that store need it
+
+    admin = await asyncpg.connect(server_url)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()

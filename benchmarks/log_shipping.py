@@ -32,10 +32,17 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-import asyncpg
 import psutil  # type: ignore[import-untyped,unused-ignore]  # no stubs
 import structlog
-from _support import drop_streams, emit, free_port, process, wait_http
+from _support import (
+    create_database,
+    drop_database,
+    drop_streams,
+    emit,
+    free_port,
+    process,
+    wait_http,
+)
 
 from mldiag.cli import main as mldiag_main
 
@@ -102,23 +109,6 @@ def supervised(lines: int, ship: bool, ingestion_pid: int) -> tuple[float, float
     return cpu, wall, ingestion
 
 
-async def _database(tag: str) -> str:
-    admin = await asyncpg.connect(SERVER)
-    try:
-        await admin.execute(f'CREATE DATABASE "mldiag_bench_logs_{tag}"')
-    finally:
-        await admin.close()
-    return f"{SERVER.rpartition('/')[0]}/mldiag_bench_logs_{tag}"
-
-
-async def _drop_database(tag: str) -> None:
-    admin = await asyncpg.connect(SERVER)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "mldiag_bench_logs_{tag}" WITH (FORCE)')
-    finally:
-        await admin.close()
-
-
 def main() -> None:
     """Measure and print."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -128,7 +118,7 @@ def main() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     tag = uuid.uuid4().hex[:8]
     tmp = Path(tempfile.mkdtemp(prefix="mldiag-bench-logs-"))
-    database = asyncio.run(_database(tag))
+    database = asyncio.run(create_database(SERVER, f"mldiag_bench_logs_{tag}"))
     api_port, ingest_port = free_port(), free_port()
     token = "mldiag_" + secrets.token_urlsafe(32)
     env = {
@@ -173,7 +163,7 @@ def main() -> None:
                     samples[ship].append(supervised(args.lines, ship, ingester.pid))
     finally:
         asyncio.run(drop_streams(NATS, f"benchlogs{tag}"))
-        asyncio.run(_drop_database(tag))
+        asyncio.run(drop_database(SERVER, f"mldiag_bench_logs_{tag}"))
         shutil.rmtree(tmp, ignore_errors=True)
     per = 100_000 / args.lines
     cpu = {ship: statistics.median(s[0] for s in runs) for ship, runs in samples.items()}

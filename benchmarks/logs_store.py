@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import structlog
-from _support import emit
+from _support import create_database, drop_database, emit
 
 from mldiag_platform.database import apply_migrations, create_pool, load_migrations
 from mldiag_platform.settings import DatabaseSettings
@@ -200,9 +200,7 @@ async def bench(lines: int, batch: int, hosts: int) -> None:
     """Write, size and search both ways; print the figures."""
     messages = make_batches(lines, batch, hosts)
     db_name = f"mldiag_bench_logs_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(SERVER)
-    await admin.execute(f'CREATE DATABASE "{db_name}"')
-    url = SERVER.rsplit("/", 1)[0] + "/" + db_name
+    url = await create_database(SERVER, db_name)
     pool = await create_pool(DatabaseSettings(url=url, pool_min_size=1, pool_max_size=2), SCHEMA)
     try:
         migrations = load_migrations("run-registry-logs", "mldiag_run_registry.logs.migrations")
@@ -261,8 +259,7 @@ async def bench(lines: int, batch: int, hosts: int) -> None:
             raise SystemExit("the two stores disagree")
     finally:
         await pool.close()
-        await admin.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
-        await admin.close()
+        await drop_database(SERVER, db_name)
 
 
 def main() -> None:
