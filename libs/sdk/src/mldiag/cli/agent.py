@@ -33,7 +33,7 @@ from mldiag.cli.supervise import add_platform_options, seconds_argument
 from mldiag.config import Settings, contention_interval, env_seconds
 from mldiag.identity import host_name
 from mldiag.process_tree import ProcessMeter, RunProcesses, host_only_source
-from mldiag.system import ContentionMeter, Sample, Source, gpu_source, tpu_source
+from mldiag.system import ContentionMeter, Sample, Source, gpu_source, start_sources, tpu_source
 
 logger = logging.getLogger("mldiag")
 
@@ -114,15 +114,7 @@ class HostAgent:
         self._contention = ContentionMeter.create() if contention else None
         self._fast_names: set[str] = set()
         """Series contention records every second: not recorded again every interval."""
-        self._sources: list[Source] = []
-        for find in sources:
-            try:
-                source = find()
-            except Exception:  # a source that cannot start is skipped, never raised
-                logger.warning("mldiag.agent.source_unavailable", exc_info=True)
-                continue
-            if source is not None:
-                self._sources.append(source)
+        self._sources: list[Source] = start_sources(sources)
         self._meters: dict[str, ProcessMeter] = {}
         self._writers: dict[str, AttachedWriter] = {}
 

@@ -16,7 +16,16 @@ carry a ``device`` label, so values are kept per device, never averaged. docs/me
 lists every metric with its unit, cadence and cost.
 """
 
-from mldiag.system.base import Finder, Labels, Record, Sample, Source, by_labels, point_labels
+from mldiag.system.base import (
+    Finder,
+    Labels,
+    Record,
+    Sample,
+    Source,
+    by_labels,
+    point_labels,
+    start_sources,
+)
 from mldiag.system.contention import ContentionMeter, ContentionThresholds, contention_source
 from mldiag.system.gpu import gpu_source
 from mldiag.system.host import host_source
@@ -38,5 +47,6 @@ __all__ = [
     "gpu_source",
     "host_source",
     "point_labels",
+    "start_sources",
     "tpu_source",
 ]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterable
+
+logger = logging.getLogger("mldiag")
 
 Labels = tuple[tuple[str, str], ...]
 """Labels of one series as (name, value) pairs, for series that need more than a device."""
@@ -14,6 +17,21 @@ Record = Callable[[Sample], None]
 Source = Callable[[], Sample]
 Finder = Callable[[], Source | None]
 """Starts a source, or returns None where it cannot measure anything."""
+
+
+def start_sources(finders: Iterable[Finder]) -> list[Source]:
+    """Start each source that can measure something here; one that fails to start is
+    skipped with a warning, never raised (the sampler and the agent alike)."""
+    sources: list[Source] = []
+    for find in finders:
+        try:
+            source = find()
+        except Exception:
+            logger.warning("mldiag.system.source_unavailable", exc_info=True)
+            continue
+        if source is not None:
+            sources.append(source)
+    return sources
 
 
 def point_labels(label: str | Labels) -> dict[str, str] | None:

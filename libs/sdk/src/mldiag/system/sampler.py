@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Iterable
 
-from mldiag.system.base import Finder, Record, Sample, Source
+from mldiag.system.base import Finder, Record, Sample, Source, start_sources
 from mldiag.system.gpu import gpu_source
 from mldiag.system.host import host_source
 from mldiag.system.tpu import tpu_source
@@ -84,14 +84,7 @@ class _Group:
         self._sources: list[Source] = []
 
     def begin(self, now: float) -> None:
-        for find in self._finders:
-            try:
-                source = find()
-            except Exception:  # a source that cannot start is skipped, never raised
-                logger.warning("mldiag.system.source_unavailable", exc_info=True)
-                continue
-            if source is not None:
-                self._sources.append(source)
+        self._sources = start_sources(self._finders)
         self.due = now + self.interval
 
     def sample(self, now: float) -> list[Sample]:
