@@ -101,6 +101,20 @@ async def wait_until(
         await asyncio.sleep(interval)
 
 
+def poll_until(
+    probe: Callable[[], T], accept: Callable[[T], bool] = bool, timeout: float = 15.0
+) -> T:
+    """:func:`wait_until` for a blocking ``probe`` (a CLI invoked in-process, say)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        if accept(result):
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s; last result: {result!r}")
+        time.sleep(0.1)
+
+
 @asynccontextmanager
 async def serving(
     app: FastAPI, headers: dict[str, str] | None = None

@@ -2,7 +2,6 @@
 against a served run-registry (real NATS and PostgreSQL), invoked in-process."""
 
 import json
-import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -30,6 +29,7 @@ from mldiag_schemas.events import (
     WorkloadEventOpened,
 )
 from mldiag_schemas.telemetry import MetricPoint, MetricPointsReceived
+from support import poll_until
 
 pytestmark = pytest.mark.connected
 
@@ -39,16 +39,6 @@ NOW = datetime.now(UTC).replace(microsecond=0)
 def _json(result: Any) -> Any:
     assert result.code == 0, result.err
     return json.loads(result.out)
-
-
-def _poll(probe: Callable[[], Any], accept: Callable[[Any], bool], timeout: float = 15) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if accept(value):
-            return value
-        assert time.monotonic() < deadline, f"not reached: {value!r}"
-        time.sleep(0.1)
 
 
 def _event(run_id: str, kind: EventType, minutes_ago: float, **changes: Any) -> WorkloadEvent:
@@ -137,7 +127,7 @@ async def test_events_goodput_and_rules(
     ]
     await publisher.publish_many(messages)
 
-    listing = _poll(
+    listing = poll_until(
         lambda: _json(mldiag("events", "list", *api, "--json")),
         lambda page: (
             len(page["events"]) == 3
@@ -193,7 +183,7 @@ async def test_events_goodput_and_rules(
     not_found = mldiag("events", "describe", str(uuid.uuid4()), "--run", "ev-a", *api)
     assert not_found.code == 1 and "event_not_found" in not_found.err
 
-    _poll(
+    poll_until(
         lambda: _json(mldiag("runs", "goodput", "ev-a", *api, "--json")),
         lambda answer: answer["steps"] == 5,
     )

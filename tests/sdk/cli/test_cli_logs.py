@@ -4,7 +4,6 @@ follower that prints lines as they land and stops once the run has ended."""
 
 import asyncio
 import json
-import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -16,6 +15,7 @@ import pytest
 from mldiag_platform.bus import Publisher
 from mldiag_run_registry.logs import service as logs_service
 from mldiag_schemas.logs import LogLine, LogLinesReceived, LogSeverity, LogStream
+from support import poll_until
 
 pytestmark = pytest.mark.connected
 
@@ -26,16 +26,6 @@ def _lines(run_id: str, *lines: LogLine) -> LogLinesReceived:
 
 def _at(now: datetime, seconds_ago: float, text: str, **fields: Any) -> LogLine:
     return LogLine(time=now - timedelta(seconds=seconds_ago), text=text, **fields)
-
-
-def _poll(probe: Callable[[], Any], accept: Callable[[Any], bool], timeout: float = 15) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if accept(value):
-            return value
-        assert time.monotonic() < deadline, f"not reached: {value!r}"
-        time.sleep(0.1)
 
 
 async def test_logs_prints_filters_and_refuses(
@@ -52,7 +42,7 @@ async def test_logs_prints_filters_and_refuses(
             _at(now, 10, "boom", host="h0", stream=LogStream.STDERR),
         )
     )
-    out = _poll(lambda: mldiag("logs", "lg-a", *api).out, lambda o: o.count("\n") == 3)
+    out = poll_until(lambda: mldiag("logs", "lg-a", *api).out, lambda o: o.count("\n") == 3)
     first = out.splitlines()[0]
     assert first.endswith(" h0 stdout  epoch 1 loss 0.5")
     assert datetime.fromisoformat(first.split()[0]) == now - timedelta(seconds=30)
@@ -90,7 +80,7 @@ async def test_follow_prints_new_lines_until_the_run_has_ended(
     api = ("--api-url", platform_apps.api_url)
     assert mldiag("runs", "create", *api, "--display-name", "lg", "--run-id", "lg-f").code == 0
     await publisher.publish(_lines("lg-f", _at(now, 5, "before")))
-    _poll(lambda: mldiag("logs", "lg-f", *api).out, lambda o: "before" in o)
+    poll_until(lambda: mldiag("logs", "lg-f", *api).out, lambda o: "before" in o)
 
     follower = asyncio.create_task(asyncio.to_thread(mldiag, "logs", "lg-f", "--follow", *api))
     await asyncio.sleep(1.5)
