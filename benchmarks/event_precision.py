@@ -52,9 +52,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import structlog
-from _support import emit
+from _support import create_database, drop_database, emit
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path[:0] = [str(TESTS)]
@@ -149,19 +148,11 @@ def _args() -> argparse.Namespace:
 def fresh_database() -> Iterator[str]:
     """A database of its own on the benchmark server, dropped afterwards."""
     name = f"mldiag_bench_precision_{uuid.uuid4().hex[:8]}"
-
-    async def run(sql: str) -> None:
-        admin = await asyncpg.connect(SERVER)
-        try:
-            await admin.execute(sql)
-        finally:
-            await admin.close()
-
-    asyncio.run(run(f'CREATE DATABASE "{name}"'))
+    url = asyncio.run(create_database(SERVER, name))
     try:
-        yield f"{SERVER.rpartition('/')[0]}/{name}"
+        yield url
     finally:
-        asyncio.run(run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        asyncio.run(drop_database(SERVER, name))
 
 
 def _time(value: str) -> datetime:
