@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from nats.aio.msg import Msg
 
 from mldiag_platform.auth import Principal, new_secret, secret_from_authorization
+from mldiag_platform.bus import Delivery
 from mldiag_platform.errors import Unauthenticated
 from mldiag_platform.settings import NatsSettings
 from mldiag_schemas.auth import Permission, Role
@@ -27,6 +28,7 @@ from mldiag_schemas.messages import parse_message
 
 T = TypeVar("T")
 E = TypeVar("E", bound=Envelope)
+BusHandler = Callable[[list[Delivery[E]]], Awaitable[None]]
 
 
 class StaticTokens:
@@ -226,3 +228,20 @@ async def served_on_port(app: FastAPI) -> AsyncIterator[str]:
     finally:
         server.should_exit = True
         await task
+
+
+def failing_once(handle: BusHandler[E], fail: str, seen: list[int]) -> BusHandler[E]:
+    """``handle`` failing each batch's first delivery once: ``"before-commit"`` before it
+    runs (the database went away), ``"after-commit"`` after (a crash before the ack, the
+    commit made); every delivery's count goes into ``seen``."""
+
+    async def handler(deliveries: list[Delivery[E]]) -> None:
+        seen.extend(d.num_delivered for d in deliveries)
+        first_time = all(d.num_delivered == 1 for d in deliveries)
+        if fail == "before-commit" and first_time:
+            raise ConnectionError("database went away")
+        await handle(deliveries)
+        if fail == "after-commit" and first_time:
+            raise ConnectionError("crashed before the ack")
+
+    return handler

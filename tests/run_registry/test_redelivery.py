@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import asyncpg
 import pytest
 
-from mldiag_platform.bus import Bus, Delivery, connect_bus
+from mldiag_platform.bus import Bus, connect_bus
 from mldiag_platform.database import apply_migrations, create_pool, load_migrations
 from mldiag_platform.outbox import Outbox, outbox_migrations
 from mldiag_platform.settings import DatabaseSettings, NatsSettings
@@ -18,7 +18,7 @@ from mldiag_run_registry.metrics.service import MetricsService
 from mldiag_run_registry.runs.repository import RunRepository
 from mldiag_run_registry.runs.service import RunService
 from mldiag_schemas.telemetry import MetricPoint, MetricPointsReceived
-from support import wait_until
+from support import failing_once, wait_until
 
 pytestmark = pytest.mark.connected
 
@@ -52,16 +52,7 @@ async def _check_stored_once(bus: Bus, pool: asyncpg.Pool, db_schema: str, fail:
     )
     deliveries_seen: list[int] = []
 
-    async def fails_once(deliveries: list[Delivery[MetricPointsReceived]]) -> None:
-        deliveries_seen.extend(d.num_delivered for d in deliveries)
-        first_time = all(d.num_delivered == 1 for d in deliveries)
-        if fail == "before-commit" and first_time:
-            raise ConnectionError("database went away")
-        await real.on_metrics(deliveries)
-        if fail == "after-commit" and first_time:
-            raise ConnectionError("crashed before the ack")  # the commit happened
-
-    bus.consume(metrics_consumer(50), fails_once)
+    bus.consume(metrics_consumer(50), failing_once(real.on_metrics, fail, deliveries_seen))
     await bus.start()
     messages = [
         MetricPointsReceived(

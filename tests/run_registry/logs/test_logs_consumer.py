@@ -8,14 +8,14 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from mldiag_platform.bus import Delivery, Publisher, connect_bus
+from mldiag_platform.bus import Publisher, connect_bus
 from mldiag_platform.database import apply_migrations, create_pool, load_migrations
 from mldiag_platform.settings import DatabaseSettings, NatsSettings
 from mldiag_run_registry.logs.handlers import LOGS_CONSUMER, LogsBusHandler
 from mldiag_run_registry.logs.repository import LogsRepository
 from mldiag_run_registry.logs.service import LogsService
 from mldiag_schemas.logs import LogLine, LogLinesReceived, LogStream
-from support import wait_until
+from support import failing_once, wait_until
 
 pytestmark = pytest.mark.connected
 
@@ -71,17 +71,8 @@ async def test_a_batch_redelivered_after_a_failure_is_stored_once(
     real = LogsBusHandler(LogsService(LogsRepository(pool), runs=None))  # type: ignore[arg-type]
     deliveries_seen: list[int] = []
 
-    async def fails_once(deliveries: list[Delivery[LogLinesReceived]]) -> None:
-        deliveries_seen.extend(d.num_delivered for d in deliveries)
-        first_time = all(d.num_delivered == 1 for d in deliveries)
-        if fail == "before-commit" and first_time:
-            raise ConnectionError("database went away")
-        await real.on_logs(deliveries)
-        if fail == "after-commit" and first_time:
-            raise ConnectionError("crashed before the ack")  # the commit happened
-
     async with connect_bus(nats_settings, "test") as bus:
-        bus.consume(LOGS_CONSUMER, fails_once)
+        bus.consume(LOGS_CONSUMER, failing_once(real.on_logs, fail, deliveries_seen))
         await bus.start()
         await bus.publisher.publish_many([_batch("run-1", i * 10, 10) for i in range(3)])
 
