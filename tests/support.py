@@ -14,12 +14,13 @@ from typing import Any, TypeVar
 import httpx
 import nats
 import uvicorn
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from nats.aio.msg import Msg
 
 from mldiag_platform.auth import Principal, new_secret, secret_from_authorization
 from mldiag_platform.bus import Delivery
 from mldiag_platform.errors import Unauthenticated
+from mldiag_platform.http import create_http_app
 from mldiag_platform.settings import NatsSettings
 from mldiag_schemas.auth import Permission, Role
 from mldiag_schemas.bus import Namespace, stream_of
@@ -54,6 +55,30 @@ class StaticTokens:
         principal = await self.identify(authorization)
         principal.require(permission)
         return principal
+
+
+@asynccontextmanager
+async def router_client(
+    router: APIRouter, role: Role = Role.VIEWER, **state: Any
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of an in-process app serving ``router`` alone, with ``state`` set on
+    ``app.state`` and :class:`StaticTokens` as its token directory; it calls as ``role``.
+    For a feature slice tested without the rest of its service."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+
+    app = create_http_app("test", lifespan, {})
+    for name, value in state.items():
+        setattr(app.state, name, value)
+    tokens = app.state.tokens = StaticTokens()
+    app.include_router(router)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://test", headers=tokens.headers(role)
+    ) as client:
+        yield client
 
 
 def with_credentials(base_url: str, secret: str) -> str:

@@ -6,7 +6,6 @@ import random
 import re
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,10 +13,8 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from fastapi import FastAPI
 
 from mldiag_platform.database import apply_migrations, create_pool, load_migrations
-from mldiag_platform.http import create_http_app
 from mldiag_platform.settings import DatabaseSettings
 from mldiag_run_registry.logs import handlers
 from mldiag_run_registry.logs import service as logs_service
@@ -25,10 +22,9 @@ from mldiag_run_registry.logs.repository import LogsRepository
 from mldiag_run_registry.logs.retention import LogRetention
 from mldiag_run_registry.logs.service import LogsService
 from mldiag_run_registry.runs.errors import RunNotFound
-from mldiag_schemas.auth import Role
 from mldiag_schemas.logs import SEVERITY_ORDER, LogLine, LogLinesReceived, LogSeverity, LogStream
 from mldiag_schemas.runs import Run
-from support import StaticTokens
+from support import router_client
 
 pytestmark = pytest.mark.connected
 
@@ -64,19 +60,7 @@ async def store(database_settings: DatabaseSettings, db_schema: str) -> AsyncIte
     await apply_migrations(pool, db_schema, migrations)
     runs = KnownRuns("run-a", "run-b")
     service = LogsService(LogsRepository(pool), runs)
-
-    @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        yield
-
-    app = create_http_app("test", lifespan, {})
-    app.state.logs = service
-    tokens = app.state.tokens = StaticTokens()
-    app.include_router(handlers.router)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(
-        transport=transport, base_url="http://test", headers=tokens.headers(Role.VIEWER)
-    ) as client:
+    async with router_client(handlers.router, logs=service) as client:
         yield Store(pool, service, client, runs)
     await pool.execute(f"DROP SCHEMA {db_schema} CASCADE")
     await pool.close()

@@ -5,26 +5,22 @@ import math
 import random
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import asyncpg
 import httpx
 import pytest
-from fastapi import FastAPI
 
 from mldiag_platform.database import apply_migrations, create_pool, load_migrations
-from mldiag_platform.http import create_http_app
 from mldiag_platform.settings import DatabaseSettings
 from mldiag_run_registry.metrics import handlers
 from mldiag_run_registry.metrics.repository import ROLLUP_LEVELS, MetricsRepository
 from mldiag_run_registry.metrics.service import MetricsService
 from mldiag_run_registry.runs.errors import RunNotFound
-from mldiag_schemas.auth import Role
 from mldiag_schemas.runs import Run, RunMetricsSummary
 from mldiag_schemas.telemetry import MetricColumns, MetricPointsReceived, to_unix_micros
-from support import StaticTokens
+from support import router_client
 
 pytestmark = pytest.mark.connected
 
@@ -71,19 +67,7 @@ async def store(database_settings: DatabaseSettings, db_schema: str) -> AsyncIte
     service = MetricsService(
         MetricsRepository(pool, db_schema, max_series_per_metric=4), runs, runs
     )
-
-    @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        yield
-
-    app = create_http_app("test", lifespan, {})
-    app.state.metrics = service
-    tokens = app.state.tokens = StaticTokens()
-    app.include_router(handlers.router)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(
-        transport=transport, base_url="http://test", headers=tokens.headers(Role.VIEWER)
-    ) as client:
+    async with router_client(handlers.router, metrics=service) as client:
         yield Store(pool, service, client, runs)
     await pool.execute(f"DROP SCHEMA {db_schema} CASCADE")
     await pool.close()
