@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.types import DecoratedCallable
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from mldiag_ingestion.errors import (
     BodyTooLarge,
@@ -143,6 +144,17 @@ async def _write_logs(request: Request, run_id: str) -> Response:
     return ContractResponse(result, status_code=202)
 
 
+def _problems(exc: ValidationError) -> tuple[list[dict[str, str]], ErrorDetails]:
+    """The first 20 problems of a refused body as error details, and the first one (whose
+    rule picks the error code)."""
+    problems = exc.errors()[:20]
+    details = [
+        {"field": ".".join(str(part) for part in problem["loc"]), "problem": problem["msg"]}
+        for problem in problems
+    ]
+    return details, problems[0]
+
+
 def _parse_logs(raw: bytes) -> WriteLogsRequest:
     """Validate a log write; a refusal names the first line at fault (``line <i>``).
 
@@ -153,12 +165,7 @@ def _parse_logs(raw: bytes) -> WriteLogsRequest:
     try:
         return WriteLogsRequest.model_validate_json(raw or b"{}")
     except ValidationError as exc:
-        problems = exc.errors()[:20]
-        details = [
-            {"field": ".".join(str(part) for part in problem["loc"]), "problem": problem["msg"]}
-            for problem in problems
-        ]
-        first = problems[0]
+        details, first = _problems(exc)
         where = [str(part) for part in first["loc"]]
         if where == ["lines"] and first["type"] == "too_long":
             raise TooManyLogLines(
@@ -229,12 +236,7 @@ def _parse_write(raw: bytes) -> WriteMetricsRequest:
     try:
         return WriteMetricsRequest.parse_keeping_good_series(raw or b"{}")
     except ValidationError as exc:
-        problems = exc.errors()[:20]
-        details = [
-            {"field": ".".join(str(part) for part in problem["loc"]), "problem": problem["msg"]}
-            for problem in problems
-        ]
-        first = problems[0]
+        details, first = _problems(exc)
         error: type[InvalidArgument] = InvalidBatch
         if first["loc"][-1:] == ("name",) and first["type"] == "string_pattern_mismatch":
             error = InvalidMetricName
