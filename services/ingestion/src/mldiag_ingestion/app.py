@@ -30,21 +30,21 @@ def create_app(settings: IngestionSettings | None = None) -> FastAPI:
         ):
             app.state.tokens = directory
             service = IngestionService(bus.publisher, settings.max_points_per_request)
-            app.state.service = service
+            otlp = OtlpIngestion(service, bus.publisher) if settings.otlp_enabled else None
+            app.state.doors = handlers.Doors(service, settings.max_request_bytes, otlp)
             bus.consume(handlers.INGEST_CONSUMER, handlers.IngestBusHandler(service).on_ingest)
             await bus.start()
             checks["nats"] = bus.healthy
             async with AsyncExitStack() as otlp_servers:
-                if settings.otlp_enabled:
-                    app.state.otlp = OtlpIngestion(service, bus.publisher)
-                    await otlp_servers.enter_async_context(_serving_otlp(app, settings, checks))
+                if otlp is not None:
+                    serving = _serving_otlp(app, otlp, settings, checks)
+                    await otlp_servers.enter_async_context(serving)
                 try:
                     yield
                 finally:
                     checks.clear()
 
     app = create_http_app(SERVICE, lifespan, checks, _backstop(settings))
-    app.state.settings = settings
     app.include_router(handlers.router)
     if settings.otlp_enabled:
         app.include_router(otlp_handlers.router)
@@ -53,10 +53,9 @@ def create_app(settings: IngestionSettings | None = None) -> FastAPI:
 
 @asynccontextmanager
 async def _serving_otlp(
-    app: FastAPI, settings: IngestionSettings, checks: dict[str, HealthCheck]
+    app: FastAPI, otlp: OtlpIngestion, settings: IngestionSettings, checks: dict[str, HealthCheck]
 ) -> AsyncIterator[None]:
     """OTLP's own ports: gRPC, and OTLP/HTTP (the same routes as on the main HTTP port)."""
-    otlp: OtlpIngestion = app.state.otlp
     grpc_server = otlp_handlers.create_grpc_server(
         otlp, app.state.tokens, settings.max_request_bytes
     )
@@ -64,8 +63,7 @@ async def _serving_otlp(
     app.state.otlp_grpc_port = grpc_server.add_insecure_port(address)
     await grpc_server.start()
     otlp_http = create_http_app(f"{SERVICE}-otlp", None, checks, _backstop(settings))
-    otlp_http.state.settings = settings
-    otlp_http.state.otlp = otlp
+    otlp_http.state.doors = app.state.doors
     otlp_http.state.tokens = app.state.tokens
     otlp_http.include_router(otlp_handlers.router)
     try:

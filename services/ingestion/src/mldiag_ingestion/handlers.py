@@ -2,6 +2,7 @@
 
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +22,7 @@ from mldiag_ingestion.errors import (
     TooManyLogLines,
     UnsupportedEncoding,
 )
+from mldiag_ingestion.otlp.service import OtlpIngestion
 from mldiag_ingestion.service import IngestionService, refuse_if_nothing_accepted
 from mldiag_platform.auth import requires
 from mldiag_platform.bus import ConsumerSpec, Delivery
@@ -40,6 +42,25 @@ from mldiag_schemas.telemetry import (
 )
 
 router = APIRouter()
+
+
+@dataclass(frozen=True)
+class Doors:
+    """What ingestion's routes use, set once on ``app.state.doors`` by the app: one typed
+    value rather than loose attributes of ``app.state``."""
+
+    service: IngestionService
+    max_request_bytes: int
+    """The most a request body may hold, inflated."""
+    otlp: OtlpIngestion | None = None
+    """OTLP's exports (None when OTLP is turned off, and its routes are not served)."""
+
+
+def doors(request: Request) -> Doors:
+    """The :class:`Doors` of the app serving ``request``."""
+    found: Doors = request.app.state.doors
+    return found
+
 
 RUN_PATH = "/v1/projects/{project}/locations/{location}/machineLearningRuns/{run_id}"
 SHORT_RUN_PATH = "/v1/machineLearningRuns/{run_id}"
@@ -114,11 +135,9 @@ async def write_metrics_short(request: Request, run_id: str) -> Response:
 
 
 async def _write_metrics(request: Request, run_id: str) -> Response:
-    service: IngestionService = request.app.state.service
-    limit: int = request.app.state.settings.max_request_bytes
-    body = await _read_body(request, limit)
-    write = _parse_write(body)
-    result = await service.write_metrics(run_id, write, datetime.now(UTC))
+    door = doors(request)
+    write = _parse_write(await _read_body(request, door.max_request_bytes))
+    result = await door.service.write_metrics(run_id, write, datetime.now(UTC))
     refuse_if_nothing_accepted(result)
     return ContractResponse(result, status_code=202)
 
@@ -137,10 +156,9 @@ async def write_logs_short(request: Request, run_id: str) -> Response:
 
 
 async def _write_logs(request: Request, run_id: str) -> Response:
-    service: IngestionService = request.app.state.service
-    limit: int = request.app.state.settings.max_request_bytes
-    write = _parse_logs(await _read_body(request, limit))
-    result = await service.write_logs(run_id, write, datetime.now(UTC))
+    door = doors(request)
+    write = _parse_logs(await _read_body(request, door.max_request_bytes))
+    result = await door.service.write_logs(run_id, write, datetime.now(UTC))
     return ContractResponse(result, status_code=202)
 
 
@@ -193,10 +211,9 @@ async def heartbeat_short(request: Request, run_id: str) -> Response:
 
 
 async def _heartbeat(request: Request, run_id: str) -> Response:
-    service: IngestionService = request.app.state.service
     raw = await _read_body(request, _HEARTBEAT_BYTES)
     body = parse_body(HeartbeatRequest, raw, InvalidHeartbeat)
-    await service.heartbeat(run_id, body, datetime.now(UTC))
+    await doors(request).service.heartbeat(run_id, body, datetime.now(UTC))
     return Response(status_code=204)
 
 
@@ -215,10 +232,9 @@ async def report_signal_short(request: Request, run_id: str) -> Response:
 
 
 async def _report_signal(request: Request, run_id: str) -> Response:
-    service: IngestionService = request.app.state.service
     raw = await _read_body(request, _SIGNAL_BYTES)
     body = parse_body(SignalRequest, raw, InvalidSignal)
-    await service.report_signal(run_id, body, datetime.now(UTC))
+    await doors(request).service.report_signal(run_id, body, datetime.now(UTC))
     return Response(status_code=204)
 
 

@@ -29,7 +29,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 
 from mldiag_ingestion.errors import InvalidBatch
-from mldiag_ingestion.handlers import _read_body
+from mldiag_ingestion.handlers import _read_body, doors
 from mldiag_ingestion.otlp.errors import InvalidOtlp
 from mldiag_ingestion.otlp.service import ExportResult, OtlpIngestion
 from mldiag_platform.auth import Principal, TokenDirectory, requires
@@ -113,8 +113,10 @@ LOGS = _Signal("logs", Permission.METRICS_WRITE, _export_logs, _logs_response)
 
 
 async def _export_http(request: Request, signal: _Signal, principal: Principal) -> Response:
-    otlp: OtlpIngestion = request.app.state.otlp
-    limit: int = request.app.state.settings.max_request_bytes
+    door = doors(request)
+    otlp, limit = door.otlp, door.max_request_bytes
+    if otlp is None:  # not reached: OTLP's routes are served only with OTLP on
+        raise RuntimeError("OTLP is turned off")
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != PROTOBUF:
         raise InvalidOtlp(f"Content-Type {content_type!r}: send {PROTOBUF} (OTLP/HTTP protobuf)")
