@@ -8,9 +8,6 @@ rule, channel), so the grouping window and the hourly count it reads cannot chan
 one replica at a time; one whose sender crashed comes due again when the claim runs out.
 """
 
-# ruff: noqa: S608  # only the module's column list and the listing's SQL builders are
-# interpolated (as in every repository.py, see pyproject); values are always $n parameters
-
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
