@@ -207,9 +207,15 @@ RULES: dict[RuleName, RuleSpec] = {
             RuleName.HANG,
             "HANG",
             "No new step for max(`stepFactor` x typical step, `floorSeconds`) while the run is"
-            " active; heartbeats say whether its processes are still alive.",
+            " active (at least `startupSeconds` until a step time is known); heartbeats say"
+            " whether its processes are still alive.",
             stepFactor=Threshold(10.0, "Multiples of the typical (median) step time."),
             floorSeconds=Threshold(300.0, "Shortest timeout, whatever the step time."),
+            startupSeconds=Threshold(
+                120.0,
+                "Shortest timeout while no step time is known yet (before a second step:"
+                " the first compilation), whatever the floor.",
+            ),
         ),
         _spec(
             RuleName.INTERRUPTION,

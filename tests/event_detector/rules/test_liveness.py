@@ -49,6 +49,26 @@ def test_the_hang_timeout_follows_the_typical_step() -> None:
     assert [c.event.type for c in feed.clock()] == [EventType.HANG]  # type: ignore[attr-defined]
 
 
+def test_a_run_compiling_its_first_step_is_not_hung_until_the_startup_timeout() -> None:
+    feed = Feed(project_rules=FAST_HANG)  # a 5 s floor; startupSeconds keeps its 120 s
+    feed.step(0, h0={"loss": 1.0})
+    feed.advance(60)
+    assert feed.clock() == []  # no step time known yet: still compiling, not hung
+    feed.advance(61)
+    [opened] = feed.clock()
+    assert opened.event.type is EventType.HANG  # type: ignore[attr-defined]
+
+
+def test_the_startup_timeout_can_be_lowered_like_any_threshold() -> None:
+    rules = MonitoringRules(
+        rules={RuleName.HANG: RuleOverride(thresholds={"floorSeconds": 5, "startupSeconds": 0})}
+    )
+    feed = Feed(project_rules=rules)
+    feed.step(0, h0={"loss": 1.0})
+    feed.advance(6)
+    assert [c.event.type for c in feed.clock()] == [EventType.HANG]  # type: ignore[attr-defined]
+
+
 def test_a_hang_names_the_silent_hosts() -> None:
     feed = Feed(project_rules=FAST_HANG)
     feed.send(feed.heartbeat("h0"), feed.heartbeat("h1"))

@@ -36,9 +36,12 @@ def typical_step_seconds(state: RunState) -> float | None:
 
 
 def hang_timeout(book: EventBook) -> float:
-    """max(stepFactor x typical step, floor) in seconds."""
+    """max(stepFactor x typical step, floor) in seconds; at least ``startupSeconds`` while
+    no step time is known (a run compiling its first step is not hung)."""
     rule = book.policy.thresholds(RuleName.HANG)
-    typical = typical_step_seconds(book.state) or 0.0
+    typical = typical_step_seconds(book.state)
+    if typical is None:
+        return max(rule["floorSeconds"], rule["startupSeconds"])
     return max(rule["stepFactor"] * typical, rule["floorSeconds"])
 
 
