@@ -24,10 +24,12 @@ contention), except those that write host metrics themselves.
 
 Printed per condition and event type: expected (scenario runs that must raise it), hits,
 hits whose top cause is the scenario's, misses, false events (events no scenario asked for,
-duplicates of an expected one included), and on a loaded host the slowdowns that started
-while injected load ran, with how many were attributed to ``host-cpu-contention`` and named
-the burner. For scenarios that bring their own load, whether the top cause named the burner.
-Then the goal lines and every miss and false event, as read from the API.
+duplicates of an expected one included), "also" (events the scenario truly causes besides its
+own, ``Scenario.also``: the TERMINATION of an OOM that kills the process), and on a loaded
+host the slowdowns that started while injected load ran, with how many were attributed to
+``host-cpu-contention`` and named the burner. For scenarios that bring their own load,
+whether the top cause named the burner. Then the goal lines and every miss and false event,
+as read from the API.
 
 Goals: every injected fault found (no miss); no event on quiet workloads on a quiet host; on
 a loaded host the only events besides the expected ones are slowdowns the load caused,
@@ -101,6 +103,8 @@ class Outcome:
     run_id: str
     hit: dict[str, Any] | None = None
     false: list[dict[str, Any]] = field(default_factory=list)
+    also: list[dict[str, Any]] = field(default_factory=list)
+    """Events the scenario truly causes besides its own (``Scenario.also``)."""
     load_caused: list[dict[str, Any]] = field(default_factory=list)
     load_started: datetime | None = None
     """When the scenario's own load started (scenarios that bring one)."""
@@ -118,6 +122,8 @@ class Row:
     burner_named: int = 0
     with_own_load: int = 0
     false: int = 0
+    also: int = 0
+    """Events a scenario truly causes besides its own (an OOM's TERMINATION)."""
     load_caused: int = 0
     attributed: int = 0
     load_named: int = 0
@@ -195,6 +201,8 @@ def _classify(
             outcome.hit = event
         elif event["type"] in SLOWDOWNS and _during(event, injected):
             outcome.load_caused.append(event)
+        elif event["type"] in scenario.also:
+            outcome.also.append(event)
         else:
             outcome.false.append(event)
     return outcome
@@ -265,6 +273,8 @@ def _rows(outcomes: list[Outcome]) -> dict[str, Row]:
                     row.burner_named += report_names(top_report(outcome.hit), BURNER_NAME)
         for event in outcome.false:
             rows.setdefault(event["type"], Row()).false += 1
+        for event in outcome.also:
+            rows.setdefault(event["type"], Row()).also += 1
         for event in outcome.load_caused:
             row = rows.setdefault(event["type"], Row())
             row.load_caused += 1
@@ -281,7 +291,8 @@ def print_header() -> None:
     """The columns of :func:`print_table`."""
     emit(
         f"{'condition':<9} {'event type':<28} {'expected':>8} {'hits':>5} {'cause ok':>8}"
-        f" {'burner':>6} {'misses':>6} {'false':>5} {'load':>5} {'→ cpu':>6} {'→ burner':>8}"
+        f" {'burner':>6} {'misses':>6} {'false':>5} {'also':>4} {'load':>5} {'→ cpu':>6}"
+        f" {'→ burner':>8}"
     )
 
 
@@ -297,7 +308,7 @@ def print_table(condition: str, outcomes: list[Outcome]) -> None:
             f"{condition:<9} {event_type:<28} {row.expected:>8} {row.hits:>5}"
             f" {_fraction(row.right_cause, row.with_cause):>8}"
             f" {_fraction(row.burner_named, row.with_own_load):>6}"
-            f" {row.expected - row.hits:>6} {row.false:>5} {row.load_caused:>5}"
+            f" {row.expected - row.hits:>6} {row.false:>5} {row.also:>4} {row.load_caused:>5}"
             f" {_fraction(row.attributed, row.load_caused):>6}"
             f" {_fraction(row.load_named, row.load_caused):>8}"
         )

@@ -62,6 +62,7 @@ SCENARIOS = [
         event="ACCELERATOR_MEMORY_PRESSURE",
         event_hosts=["host-0"],
         top_cause="accelerator-memory-pressure",
+        also=("TERMINATION",),  # the allocation that fails kills the process
     ),
     Scenario(
         "host_memory",
@@ -78,6 +79,7 @@ SCENARIOS = [
         event="ORCHESTRATOR_INTERRUPTION",
         event_hosts=["host-0"],
         top_cause="preemption",
+        also=("TERMINATION",),  # the SIGTERM that follows the notice ends it
     ),
     Scenario(
         "restart_first_life",
@@ -85,6 +87,7 @@ SCENARIOS = [
         event_hosts=["host-0"],
         top_cause="dead-process",  # it died without a word, then came back
         then="restart",
+        also=("HANG",),  # silent and dead until the second life: with a 3 s floor, a hang
     ),
     Scenario(
         "config_drift",
