@@ -2,6 +2,8 @@
 the SDK keeps as literals against the contracts' constants."""
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -21,6 +23,8 @@ from mldiag.system import (
 from mldiag.system import names as sdk_names
 from mldiag_schemas import monitoring
 from sdk.fake_platform import FakePlatform
+
+_SPIN_FOR_FIVE_SECONDS = "import time\nend = time.time() + 5\nwhile time.time() < end: pass"
 
 
 def test_fast_sources_run_at_their_cadence_and_their_series_leave_the_slow_samples() -> None:
@@ -144,6 +148,13 @@ def test_an_sdk_run_sends_contention_every_interval_with_the_top_processes_label
     # Always "contended", so the top processes are ranked on this machine however quiet.
     busy = ContentionThresholds(others_cpu=0.0, host_cpu=0.0, top_cpu_every=0.0)
     monkeypatch.setattr(contention, "ContentionThresholds", lambda: busy)
+    # Ranking needs another process that spends CPU within 0.1 s: a quiet machine may have
+    # none. This one is nobody's child by the time the run starts (its shell has exited), so
+    # it is not the run's own, and it stops by itself.
+    subprocess.run(
+        ["/bin/sh", "-c", f"{sys.executable} -c '{_SPIN_FOR_FIVE_SECONDS}' >/dev/null 2>&1 &"],
+        check=True,
+    )
     run = mldiag.init(
         name="contention",
         api_url=platform.url,
@@ -156,7 +167,10 @@ def test_an_sdk_run_sends_contention_every_interval_with_the_top_processes_label
     )
     run.log({"loss": 1.0}, step=7)
     deadline = time.monotonic() + 10
-    while len(platform.received.points(sdk_names.RUN_CPU)) < 3 and time.monotonic() < deadline:
+    while time.monotonic() < deadline and (
+        len(platform.received.points(sdk_names.RUN_CPU)) < 3
+        or not platform.received.points(sdk_names.TOP_PROCESS_CPU)
+    ):
         time.sleep(0.05)
     run.finish()
     assert len(platform.received.points(sdk_names.RUN_CPU)) >= 3  # every 0.1 s, not every 30
