@@ -11,7 +11,6 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
 
 import mldiag
 
@@ -269,24 +268,12 @@ SCENARIOS: dict[str, Callable[[mldiag.Run], None]] = {
 }
 
 
-RUN_RULES: dict[str, dict[str, Any]] = {
-    # Its baseline is a few seconds of steady steps (1 s to 7 s), not the project's first
-    # ten: ten 40 ms steps right after start-up are half a second of whatever else the host
-    # was finishing then, and a slowdown measured against that says little.
-    "cpu_contention": {
-        "rules": {"step-time-regression": {"thresholds": {"warmupSteps": 25, "baselineSteps": 150}}}
-    },
-}
-"""Rule overrides a scenario's run carries (on top of the project's)."""
-
-
 def main() -> None:
     """Run one scenario as this process's part of the run."""
     scenario = SCENARIOS[sys.argv[1]]
     # The host is sampled only where a scenario asks for it (it sets the interval).
     sampled = bool(os.environ.get("MLDIAG_SYSTEM_METRICS_INTERVAL"))
-    rules = RUN_RULES.get(sys.argv[1])
-    with mldiag.init(name=sys.argv[1], log_system_metrics=sampled, monitoring=rules) as run:
+    with mldiag.init(name=sys.argv[1], log_system_metrics=sampled) as run:
         scenario(run)
 
 
