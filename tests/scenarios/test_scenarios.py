@@ -121,7 +121,18 @@ def platform(nats_url: str, database_url: str) -> Iterator[Platform]:
         yield served
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda scenario: scenario.name)
+@pytest.mark.parametrize(
+    "scenario",
+    # A scenario that loads the host judges timing the rest of a busy machine disturbs
+    # (fresh-clone CI saw it miss and misattribute): `pytest -m load` on a quiet machine, and
+    # benchmarks/event_precision.py, run it.
+    [
+        pytest.param(scenario, id=scenario.name, marks=pytest.mark.load)
+        if scenario.load is not None
+        else pytest.param(scenario, id=scenario.name)
+        for scenario in SCENARIOS
+    ],
+)
 def test_scenario(platform: Platform, scenario: Scenario) -> None:
     launched = platform.launched.get(scenario.name) or platform.launch_alone(scenario)
     if scenario.event is None:
