@@ -12,17 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-import httpx
-
 from mldiag._training import parse_resource_name
-from mldiag.api_client import (
-    DEFAULT_API_URL,
-    DEFAULT_LOCATION,
-    DEFAULT_PROJECT,
-    JsonObject,
-    _Client,
-    _http_client,
-)
+from mldiag.api_client import JsonObject, _ScopedClient
 
 SERVICE = "notifier"
 """The service named in :class:`~mldiag.api_client.ApiUnreachable` for the alerts API."""
@@ -54,7 +45,7 @@ def deliveries_filter(
     return " AND ".join(parts)
 
 
-class AlertsClient(_Client):
+class AlertsClient(_ScopedClient):
     """Calls the alerts API at ``base_url`` (the one base URL of ``mldiag up``).
 
     ``project`` and ``location`` select the long resource form
@@ -64,27 +55,6 @@ class AlertsClient(_Client):
     """
 
     _service = SERVICE
-
-    def __init__(
-        self,
-        base_url: str = DEFAULT_API_URL,
-        *,
-        token: str | None = None,
-        project: str | None = None,
-        location: str | None = None,
-        timeout: float = 30.0,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        """The API's base URL, without a trailing slash."""
-        if project or location:
-            self._prefix = (
-                f"/v1/projects/{project or DEFAULT_PROJECT}"
-                f"/locations/{location or DEFAULT_LOCATION}"
-            )
-        else:
-            self._prefix = "/v1"
-        self._http = _http_client(self.base_url, token, timeout, transport)
 
     def _path(self, collection: str, reference: str, suffix: str = "") -> str:
         project, location, resource = parse_resource_name(reference, collection)

@@ -163,14 +163,9 @@ class _Client:
         self._http.close()
 
 
-class RegistryClient(_Client):
-    """Calls the run-registry API at ``base_url``.
-
-    ``token`` is sent as a Bearer token when set. ``project`` and ``location`` select the
-    long resource form ``/v1/projects/{p}/locations/{l}/...``; when neither is given the
-    short form (the default project and location) is used. ``transport`` lets tests and
-    embedders route requests elsewhere. Use it as a context manager, or call :meth:`close`.
-    """
+class _ScopedClient(_Client):
+    """A client whose collections sit under ``/v1/`` (the default project and location) or,
+    when ``project`` or ``location`` is given, under ``/v1/projects/{p}/locations/{l}/``."""
 
     def __init__(
         self,
@@ -192,6 +187,16 @@ class RegistryClient(_Client):
         else:
             self._prefix = "/v1"
         self._http = _http_client(self.base_url, token, timeout, transport)
+
+
+class RegistryClient(_ScopedClient):
+    """Calls the run-registry API at ``base_url``.
+
+    ``token`` is sent as a Bearer token when set. ``project`` and ``location`` select the
+    long resource form ``/v1/projects/{p}/locations/{l}/...``; when neither is given the
+    short form (the default project and location) is used. ``transport`` lets tests and
+    embedders route requests elsewhere. Use it as a context manager, or call :meth:`close`.
+    """
 
     def _call(
         self,
