@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mldiag_platform.errors import InvalidArgument, MldiagError, PayloadTooLarge
+from mldiag_platform.errors import InvalidArgument, InvalidPageSize, MldiagError, PayloadTooLarge
 from mldiag_schemas.errors import ErrorBody, ErrorDetail
 
 log = structlog.get_logger(__name__)
@@ -197,6 +197,21 @@ def query_param(request: Request, camel: str, snake: str) -> str | None:
     the official SDKs send (``page_size``); ``None`` when neither is given."""
     params = request.query_params
     return params.get(camel, params.get(snake))
+
+
+def page_size_param(request: Request) -> int | None:
+    """``pageSize`` (or ``page_size``) as a number, None when absent; ``invalid_page_size``
+    for one that is no whole number (the range is the listing's to judge)."""
+    value = query_param(request, "pageSize", "page_size")
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        problem = f"must be a whole number, got {value[:40]!r}"
+        raise InvalidPageSize(
+            f"pageSize {problem}", details=[{"field": "pageSize", "problem": problem}]
+        ) from None
 
 
 def json_body(model: type[BaseModel], *alternatives: type[BaseModel]) -> dict[str, Any]:

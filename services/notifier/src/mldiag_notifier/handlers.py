@@ -14,8 +14,7 @@ from mldiag_notifier.errors import InvalidResourceId
 from mldiag_notifier.service import RoutingService
 from mldiag_platform import resources
 from mldiag_platform.bus import Bus, ConsumerSpec, Delivery
-from mldiag_platform.errors import InvalidPageSize
-from mldiag_platform.http import ContractResponse, parse_body, query_param
+from mldiag_platform.http import ContractResponse, page_size_param, parse_body, query_param
 from mldiag_platform.resources import ParentDep
 from mldiag_schemas import bus
 from mldiag_schemas.alerts import (
@@ -142,19 +141,6 @@ def _route(
     )
 
 
-def _page_size(request: Request) -> int | None:
-    value = query_param(request, "pageSize", "page_size")
-    if not value:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        problem = f"must be a whole number, got {value[:40]!r}"
-        raise InvalidPageSize(
-            f"pageSize {problem}", details=[{"field": "pageSize", "problem": problem}]
-        ) from None
-
-
 def _page_token(request: Request) -> str:
     return query_param(request, "pageToken", "page_token") or ""
 
@@ -183,7 +169,7 @@ async def create_channel(request: Request, parent: ParentDep, admin: AdminDep) -
 async def list_channels(request: Request, parent: ParentDep, admin: AdminDep) -> Response:
     """Channels by id, one page (``pageSize``, ``pageToken``)."""
     page = await admin.list_channels(
-        parent.project, parent.location, _page_size(request), _page_token(request)
+        parent.project, parent.location, page_size_param(request), _page_token(request)
     )
     return ContractResponse(page)
 
@@ -237,7 +223,7 @@ async def create_rule(request: Request, parent: ParentDep, admin: AdminDep) -> R
 async def list_rules(request: Request, parent: ParentDep, admin: AdminDep) -> Response:
     """Rules by id, one page (``pageSize``, ``pageToken``)."""
     page = await admin.list_rules(
-        parent.project, parent.location, _page_size(request), _page_token(request)
+        parent.project, parent.location, page_size_param(request), _page_token(request)
     )
     return ContractResponse(page)
 
@@ -282,7 +268,7 @@ async def list_deliveries(request: Request, parent: ParentDep, admin: AdminDep) 
     page = await admin.list_deliveries(
         parent.project,
         parent.location,
-        _page_size(request),
+        page_size_param(request),
         _page_token(request),
         request.query_params.get("filter", ""),
     )

@@ -12,8 +12,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel
 
 from mldiag_platform import resources
-from mldiag_platform.errors import InvalidPageSize
-from mldiag_platform.http import query_param
+from mldiag_platform.http import page_size_param, query_param
 from mldiag_schemas.auth import Permission
 from mldiag_training.errors import InvalidResourceId
 
@@ -54,20 +53,6 @@ class ListQuery(NamedTuple):
     page_token: str
     filter: str
     order_by: str
-
-
-def page_size_param(request: Request) -> int | None:
-    """``pageSize`` (or ``page_size``) as a number, None when absent."""
-    value = query_param(request, "pageSize", "page_size")
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        problem = f"must be a whole number, got {value[:40]!r}"
-        raise InvalidPageSize(
-            f"pageSize {problem}", details=[{"field": "pageSize", "problem": problem}]
-        ) from None
 
 
 def list_query(request: Request) -> ListQuery:
