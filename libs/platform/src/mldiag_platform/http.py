@@ -37,6 +37,11 @@ HTTP_REQUESTS = Counter(
     "mldiag_http_requests_total", "HTTP requests answered.", ["method", "route", "status"]
 )
 HTTP_SECONDS = Histogram("mldiag_http_request_seconds", "HTTP request latency.", ["route"])
+HTTP_REQUEST_BYTES = Counter(
+    "mldiag_http_request_bytes",
+    "Request body bytes read, as sent (before any Content-Encoding is undone).",
+    ["route"],
+)
 
 
 class ContractResponse(Response):
@@ -342,6 +347,11 @@ class BodyLimit:
         except PayloadTooLarge:
             if not exceeded:
                 raise
+        finally:
+            # The router put the matched route in the shared scope (ingest's bytes/s panel).
+            HTTP_REQUEST_BYTES.labels(getattr(scope.get("route"), "path", "unmatched")).inc(
+                received
+            )
         if exceeded and not started:
             await _too_large(limit, self._render)(scope, receive, send)
 

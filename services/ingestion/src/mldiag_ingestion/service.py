@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 
 import structlog
+from prometheus_client import Counter
 from pydantic import ValidationError
 from pydantic_core import TzInfo
 
@@ -61,6 +62,12 @@ MAX_LOG_MESSAGE_BYTES = 768 * 1024
 """The most JSON one :class:`LogLinesReceived` may hold: below NATS's default 1 MiB
 ``max_payload`` with room for headers. A batch that serialises larger (4 MB of text is
 allowed) is published in chunks."""
+POINTS = Counter(
+    "mldiag_ingest_points",
+    "Metric points in writes, by outcome: accepted (published) or rejected (refused and listed"
+    " in the answer; a request refused whole counts as a 4xx, not here).",
+    ["outcome"],
+)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _INT64_MAX = 2**63 - 1
 _MICROSECOND = timedelta(microseconds=1)
@@ -125,6 +132,8 @@ class IngestionService:
         ]
         if messages:
             await self._publisher.publish_many(messages)
+        POINTS.labels("accepted").inc(accepted)
+        POINTS.labels("rejected").inc(rejected_points)
         return WriteMetricsResponse(
             batch_id=batch_id,
             accepted_points=accepted,
