@@ -78,6 +78,21 @@ def test_a_hang_where_one_host_stopped_heart_beating_names_it() -> None:
     assert report_of(analysis, "hang-localization").hosts == ["host-2"]
 
 
+def test_a_restart_without_a_word_is_an_unplanned_restart_not_a_dead_process() -> None:
+    # The first life died silently; the second records steps before its first heartbeat
+    # is in: the host is stepping, so it is not dead, and the restart is the cause.
+    back = {
+        "last_heartbeat_time": NOW - timedelta(seconds=40),
+        "last_progress_time": NOW - timedelta(seconds=1),
+        "restarts": 1,
+    }
+    interrupted = event(EventType.ORCHESTRATOR_INTERRUPTION, "interruption", ["host-0"])
+    analysis = analyze(interrupted, context(hosts(1, host_0=back)), RUNBOOKS, NOW)
+    assert analysis.probable_cause == "restart"
+    assert "unplanned" in analysis.reports[0].details
+    assert report_of(analysis, "dead-process").detection_state is DetectionState.NOT_DETECTED
+
+
 def test_a_straggler_caused_by_a_different_environment() -> None:
     slow, ctx = straggler(fingerprint={"jax": "0.4.30"})
     analysis = analyze(slow, ctx, RUNBOOKS, NOW)

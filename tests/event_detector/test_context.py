@@ -135,3 +135,22 @@ def test_a_host_that_samples_no_contention_has_none() -> None:
     [opened] = [change for change in feed.changes if isinstance(change, WorkloadEventOpened)]
     assert opened.context is not None
     assert opened.context.hosts[0].contention is None
+
+
+def test_the_baseline_is_what_was_normal_just_before_the_slowdown() -> None:
+    # Load came and went in the run's first seconds (where a baseline of the first samples
+    # would sit), then the host was quiet, then the load came back and the steps slowed.
+    feed = Feed()
+    early_load = {names.HOST_CPU: 90.0, names.RUN_CPU: 20.0}
+    quiet = {names.HOST_CPU: 30.0, names.RUN_CPU: 25.0}
+    for step in range(1, 15):
+        _sample(feed, step, 1.0 + 0.01 * (step % 3), early_load)
+    for step in range(15, 41):
+        _sample(feed, step, 1.0 + 0.01 * (step % 3), quiet)
+    busy = {names.HOST_CPU: 95.0, names.RUN_CPU: 15.0}
+    for step in range(41, 80):
+        _sample(feed, step, 3.0, busy, [("burner.py", 4242, 80.0)])
+    contention = _contention(feed)
+    assert contention.other_cpu_baseline_percent == 5.0  # not the early 70
+    assert contention.run_cpu_baseline_percent == 25.0
+    assert contention.other_cpu_percent == 80.0

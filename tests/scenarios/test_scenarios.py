@@ -85,7 +85,9 @@ SCENARIOS = [
         "restart_first_life",
         event="ORCHESTRATOR_INTERRUPTION",
         event_hosts=["host-0"],
-        top_cause="dead-process",  # it died without a word, then came back
+        # It died without a word and came back: an unplanned restart. Its process is stepping
+        # again when the event opens, so it is not dead.
+        top_cause="restart",
         then="restart",
         also=("HANG",),  # silent and dead until the second life: with a 3 s floor, a hang
     ),

@@ -51,7 +51,7 @@ def test_a_neighbour_taking_the_cpu_is_named_with_its_share() -> None:
     assert report.hosts == ["host-0", "host-1", "host-2", "host-3"]
     assert report.details.startswith(
         "Other processes take the CPU the run needs on host-0, host-1, host-2 and host-3"
-        " (4 of 4 hosts): 40% of the host's CPU on host-0 against 3% in the run's baseline,"
+        " (4 of 4 hosts): 40% of the host's CPU on host-0 against 3% before it began,"
         " while the run's own share was 28% (baseline 45%); the top ones: python stress.py"
         " (pid 4242) 37% of the host's CPU, gzip (pid 5150) 2.5% of the host's CPU"
     )

@@ -77,8 +77,12 @@ def _window(series: TimedSeries | None, since: float) -> float | None:
     return median(series.since(since) or series.values[-RECENT:])
 
 
-def _baseline(series: TimedSeries | None) -> float | None:
-    return median(series.baseline) if series is not None and series.baseline else None
+def _baseline(series: TimedSeries | None, since: float) -> float | None:
+    """The median of what was normal before ``since`` (see :meth:`TimedSeries.baseline_before`)."""
+    if series is None:
+        return None
+    normal = series.baseline_before(since)
+    return median(normal) if normal else None
 
 
 def _difference(total: float | None, part: float | None) -> float | None:
@@ -106,8 +110,8 @@ def _top(contention: HostContention, since: float) -> list[ProcessShare]:
 
 
 def contention(host: HostState, since: datetime) -> Contention | None:
-    """Contention on the host from ``since`` (the deviation's start) on, against the run's
-    first samples; None where the host samples none of it."""
+    """Contention on the host from ``since`` (the deviation's start) on, against the samples
+    just before it; None where the host samples none of it."""
     sampled = host.contention
     if not sampled.series and not sampled.processes and not sampled.xids:
         return None
@@ -118,7 +122,7 @@ def contention(host: HostState, since: datetime) -> Contention | None:
         return _window(series(metric), start)
 
     host_cpu, run_cpu = recent(names.HOST_CPU), recent(names.RUN_CPU)
-    run_base = _baseline(series(names.RUN_CPU))
+    run_base = _baseline(series(names.RUN_CPU), start)
     ecc_series = series(names.GPU_ECC_ERRORS)
     ecc = ecc_series.values[-1] if ecc_series is not None and ecc_series.values else None
     return Contention(
@@ -129,17 +133,17 @@ def contention(host: HostState, since: datetime) -> Contention | None:
         run_cpu_percent=run_cpu,
         run_cpu_baseline_percent=run_base,
         other_cpu_percent=_difference(host_cpu, run_cpu),
-        other_cpu_baseline_percent=_difference(_baseline(series(names.HOST_CPU)), run_base),
+        other_cpu_baseline_percent=_difference(_baseline(series(names.HOST_CPU), start), run_base),
         load_per_cpu=recent(names.HOST_LOAD),
         swap_used_percent=recent(names.HOST_SWAP),
         swap_io_bytes_per_second=recent(names.HOST_SWAP_IO),
         run_memory_rss_bytes=recent(names.RUN_MEMORY),
-        run_memory_rss_baseline_bytes=_baseline(series(names.RUN_MEMORY)),
+        run_memory_rss_baseline_bytes=_baseline(series(names.RUN_MEMORY), start),
         disk_busy_percent=recent(names.DISK_BUSY),
         disk_read_bytes_per_second=recent(names.DISK_READ),
         disk_write_bytes_per_second=recent(names.DISK_WRITE),
         disk_bytes_per_second_baseline=_sum(
-            _baseline(series(names.DISK_READ)), _baseline(series(names.DISK_WRITE))
+            _baseline(series(names.DISK_READ), start), _baseline(series(names.DISK_WRITE), start)
         ),
         network_receive_bytes_per_second=recent(names.NETWORK_RECEIVE),
         network_transmit_bytes_per_second=recent(names.NETWORK_TRANSMIT),

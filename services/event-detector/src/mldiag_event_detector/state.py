@@ -22,7 +22,16 @@ CONTENTION_WARMUP = 2
 """Contention samples ignored at a host's start (the run's own start-up)."""
 
 CONTENTION_BASELINE = 10
-"""Contention samples after warm-up whose median is the baseline."""
+"""Contention samples whose median is a baseline: the last ones before a deviation began,
+else the first ones after warm-up."""
+
+PRE_DEVIATION_GAP_SECONDS = 2.0
+"""Samples received this close before a deviation began may already cover it (a sample
+describes the interval that ends when it is taken, and arrives a little later): they are
+left out of the baseline before it."""
+
+PRE_DEVIATION_MIN_SAMPLES = 3
+"""Fewer samples than this before a deviation: its baseline is the run's first samples."""
 
 TOP_PROCESSES = 8
 """Other processes remembered per host (the latest sampled)."""
@@ -131,6 +140,22 @@ class TimedSeries(State):
     def since(self, at: float) -> list[float]:
         """The values received at or after ``at`` (unix seconds)."""
         return [value for time, value in zip(self.times, self.values, strict=True) if time >= at]
+
+    def baseline_before(self, at: float) -> list[float]:
+        """What was normal just before ``at`` (a deviation's start, unix seconds): the last
+        :data:`CONTENTION_BASELINE` values received before it (less the gap a sample may
+        overlap it by), or the run's first samples when too few came before it.
+
+        The step time's baseline is the healthy stretch before a slowdown; comparing contention
+        with the same stretch asks what changed when the steps slowed, which the run's first
+        seconds cannot answer when load was already there (or came and went) back then."""
+        cutoff = at - PRE_DEVIATION_GAP_SECONDS
+        before = [
+            value for time, value in zip(self.times, self.values, strict=True) if time < cutoff
+        ]
+        if len(before) >= PRE_DEVIATION_MIN_SAMPLES:
+            return before[-CONTENTION_BASELINE:]
+        return self.baseline
 
 
 class OtherProcess(State):

@@ -246,17 +246,25 @@ def step_outliers(hosts: Sequence[HostSnapshot]) -> list[Outlier]:
 
 def silent_hosts(inputs: Inputs) -> list[HostSnapshot]:
     """Hosts whose heartbeats stopped (more than ``HEARTBEAT_GRACE`` intervals late when the
-    snapshot was taken), the first to fall silent first."""
+    snapshot was taken) and that make no progress either, the first to fall silent first.
+
+    A host still recording steps is alive whatever its heartbeats say: a restarted process
+    records steps before its first heartbeat is in, and calling it dead would contradict the
+    restart the event is about."""
     if inputs.context is None:
         return []
     now = inputs.context.captured_at
+
+    def late(when: datetime | None, interval: float) -> bool:
+        return when is None or (now - when).total_seconds() > HEARTBEAT_GRACE * interval
+
     silent = [
         h
         for h in inputs.hosts
         if h.last_heartbeat_time is not None
         and h.heartbeat_interval_seconds is not None
-        and (now - h.last_heartbeat_time).total_seconds()
-        > HEARTBEAT_GRACE * h.heartbeat_interval_seconds
+        and late(h.last_heartbeat_time, h.heartbeat_interval_seconds)
+        and late(h.last_progress_time, h.heartbeat_interval_seconds)
     ]
     return sorted(silent, key=lambda h: h.last_heartbeat_time or now)
 

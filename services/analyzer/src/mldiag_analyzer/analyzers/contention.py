@@ -2,7 +2,9 @@
 CPU, disk and memory, the hypervisor's steal, and accelerator faults — read from the
 per-host :class:`~mldiag_schemas.events.Contention` the event-detector samples.
 
-Every percentage of CPU here is a share of the whole host (all cores = 100%), as sampled.
+Every percentage of CPU here is a share of the whole host (all cores = 100%), as sampled. A
+baseline is what was normal just before the deviation began (see the contract's
+:class:`~mldiag_schemas.events.Contention`).
 """
 
 from collections.abc import Callable
@@ -264,7 +266,7 @@ def host_cpu_contention(inputs: Inputs) -> Finding:
         f" ({of_hosts(len(flagged), len(readings))}): {host_share(worst.others)} on {worst.host}"
     )
     if worst.others_baseline is not None:
-        details += f" against {percent(worst.others_baseline)} in the run's baseline"
+        details += f" against {percent(worst.others_baseline)} before it began"
     if worst.run is not None and worst.run_baseline is not None:
         details += (
             f", while the run's own share was {percent(worst.run)}"
