@@ -361,11 +361,65 @@ def _too_large(limit: int, render: ErrorRenderer) -> Response:
     return render(413, PayloadTooLarge.code, message, [{"limit": limit}])
 
 
+EMPTY_OBJECT: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Done: an empty object (`google.protobuf.Empty`).",
+        "content": {
+            "application/json": {"schema": {"type": "object", "properties": {}, "maxProperties": 0}}
+        },
+    }
+}
+"""``responses=`` of a route answering ``{}``."""
+
+EVENT_STREAM: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Server-sent events, open until the caller leaves or the service stops.",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
+"""``responses=`` of a route answering a server-sent event stream."""
+
+_ERROR_STATUSES: dict[int | str, str] = {
+    400: "Invalid argument: a body, parameter or id that is not valid (never FastAPI's 422).",
+    401: "Unauthenticated: no token, or one that is unknown, revoked or expired.",
+    403: "Permission denied: the token's role does not grant this.",
+    404: "Not found: the resource does not exist (or the path is no route).",
+    413: "Payload too large: the body is over the service's limit.",
+    "4XX": "Refused for another reason (409 conflict, 412 etag mismatch, 429...): see the code.",
+    500: "Internal: the service failed; see its log.",
+    503: "Unavailable: a dependency is down; nothing was taken, retry (`Retry-After`).",
+    "5XX": "Failed: see the service log.",
+}
+"""What every route can answer besides its own success, with the error body."""
+
+
 def _error_responses(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
     return {
-        "4XX": {"model": model, "description": "Refused: the error body says why."},
-        "5XX": {"model": model, "description": "Failed: see the service log."},
+        status: {"model": model, "description": description}
+        for status, description in _ERROR_STATUSES.items()
     }
+
+
+def _without_validation_errors(document: dict[str, Any]) -> dict[str, Any]:
+    """Drop FastAPI's 422 ``HTTPValidationError`` entries (the error boundary answers an
+    invalid request with 400 and the service's error body, which every operation documents
+    already), and the untyped JSON it adds beside a stream or text a route declares."""
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.get("responses", {})
+            responses.pop("422", None)
+            for response in responses.values():
+                content = response.get("content", {})
+                # FastAPI adds its default JSON, untyped, beside the stream a route declares.
+                if len(content) > 1 and content.get("application/json") == {"schema": {}}:
+                    del content["application/json"]
+    schemas = document.get("components", {}).get("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        if "detail" in (properties := schemas.get(name, {}).get("properties", {})) or (
+            "loc" in properties
+        ):  # FastAPI's, not a contract of the same name
+            schemas.pop(name)
+    return document
 
 
 def create_http_app(
@@ -395,7 +449,7 @@ def create_http_app(
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             document = get_openapi(title=app.title, version=app.version, routes=app.routes)
-            app.openapi_schema = _hoist_definitions(document)
+            app.openapi_schema = _without_validation_errors(_hoist_definitions(document))
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented override

@@ -15,7 +15,7 @@ the error its ids are refused with and adds the dependencies of its own resource
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Union
 
 from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel
@@ -94,18 +94,25 @@ def route(
     *,
     status_code: int | None = None,
     body: type[BaseModel] | tuple[type[BaseModel], ...] = (),
-    response: type[BaseModel] | None = None,
+    response: type[BaseModel] | tuple[type[BaseModel], ...] | None = None,
+    responses: dict[int | str, dict[str, Any]] | None = None,
     id_error: type[InvalidArgument] = InvalidArgument,
 ) -> Callable[[Any], Any]:
     """Register a handler on ``router`` under both the full and the short parent, open only
     to callers whose role grants ``permission``.
 
     ``body`` documents the JSON body the handler reads (a tuple: any of them) and
-    ``response`` the JSON it answers; a project or location that is not a resource id is
+    ``response`` the JSON it answers (a tuple: any of them), at ``status_code`` (200 unless
+    given); ``responses`` documents other answers (FastAPI's ``responses=``: a stream, an
+    error only this route gives). A project or location that is not a resource id is
     refused with ``id_error``.
     """
     bodies = body if isinstance(body, tuple) else (body,)
     check_parent = _parent_check(id_error)
+    documented = dict(responses or {})
+    if response is not None:
+        models = response if isinstance(response, tuple) else (response,)
+        documented[status_code or 200] = {"model": Union[models]}  # noqa: UP007  # a runtime tuple
 
     def register(func: Any) -> Any:
         for prefix in PARENT_PREFIXES:
@@ -119,7 +126,7 @@ def route(
                 status_code=status_code,
                 dependencies=dependencies,
                 openapi_extra=json_body(*bodies) if bodies else None,
-                responses={200: {"model": response}} if response else None,
+                responses=documented or None,
             )
         return func
 

@@ -14,7 +14,13 @@ from mldiag_notifier.errors import InvalidResourceId
 from mldiag_notifier.service import RoutingService
 from mldiag_platform import resources
 from mldiag_platform.bus import Bus, ConsumerSpec, Delivery
-from mldiag_platform.http import ContractResponse, page_size_param, parse_body, query_param
+from mldiag_platform.http import (
+    EMPTY_OBJECT,
+    ContractResponse,
+    page_size_param,
+    parse_body,
+    query_param,
+)
 from mldiag_platform.resources import ParentDep
 from mldiag_schemas import bus
 from mldiag_schemas.alerts import (
@@ -129,6 +135,7 @@ def _route(
     permission: Permission,
     body: type[BaseModel] | None = None,
     response: type[BaseModel] | None = None,
+    responses: dict[int | str, dict[str, Any]] | None = None,
 ) -> Callable[[Any], Any]:
     return resources.route(
         router,
@@ -137,6 +144,7 @@ def _route(
         permission,
         body=body or (),
         response=response,
+        responses=responses,
         id_error=InvalidResourceId,
     )
 
@@ -203,7 +211,7 @@ async def update_channel(
     return ContractResponse(changed)
 
 
-@_route("DELETE", _CHANNEL, Permission.CHANNELS_DELETE)
+@_route("DELETE", _CHANNEL, Permission.CHANNELS_DELETE, responses=EMPTY_OBJECT)
 async def delete_channel(channel_id: ChannelId, parent: ParentDep, admin: AdminDep) -> Response:
     """Delete a channel; refused (409 ``channel_in_use``) while rules name it."""
     await admin.delete_channel(parent.project, parent.location, channel_id)
@@ -249,7 +257,7 @@ async def update_rule(
     return ContractResponse(changed)
 
 
-@_route("DELETE", _RULE, Permission.ALERT_RULES_DELETE)
+@_route("DELETE", _RULE, Permission.ALERT_RULES_DELETE, responses=EMPTY_OBJECT)
 async def delete_rule(rule_id: RuleId, parent: ParentDep, admin: AdminDep) -> Response:
     """Delete a rule (its deliveries stay in the history)."""
     await admin.delete_rule(parent.project, parent.location, rule_id)

@@ -73,9 +73,11 @@ def route(
     permission: Permission,
     body: type[BaseModel] | None = None,
     response: type[BaseModel] | None = None,
+    responses: dict[int | str, dict[str, Any]] | None = None,
 ) -> Callable[[Any], Any]:
     """Register a handler under both the full and the short parent, open only to callers
-    whose role grants ``permission``; ``body`` and ``response`` document its JSON."""
+    whose role grants ``permission``; ``body`` and ``response`` document its JSON,
+    ``responses`` any other answer (FastAPI's ``responses=``)."""
     return resources.route(
         router,
         method,
@@ -83,5 +85,6 @@ def route(
         permission,
         body=body or (),
         response=response,
+        responses=responses,
         id_error=InvalidResourceId,
     )

@@ -135,7 +135,11 @@ def _protobuf_body(message: str) -> dict[str, Any]:
 
 
 _OTLP_ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody} for status in (400, 401, 403, 413)
+    200: {
+        "description": "The OTLP Export…ServiceResponse (partial success, if any).",
+        "content": {PROTOBUF: {"schema": {"type": "string", "format": "binary"}}},
+    },
+    **{status: {"model": ErrorBody} for status in (400, 401, 403, 413)},
 }
 
 

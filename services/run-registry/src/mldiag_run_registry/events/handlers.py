@@ -15,7 +15,13 @@ from mldiag_schemas import bus
 from mldiag_schemas.analyses import AnalysisCompleted, ListAnalysesResponse
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.envelope import Envelope
-from mldiag_schemas.events import WorkloadEventOpened, WorkloadEventResolved, WorkloadEventUpdated
+from mldiag_schemas.events import (
+    ListEventsResponse,
+    WorkloadEvent,
+    WorkloadEventOpened,
+    WorkloadEventResolved,
+    WorkloadEventUpdated,
+)
 from mldiag_schemas.sharing import RunUpdateKind
 
 router = APIRouter()
@@ -39,7 +45,7 @@ def _event_id(event_id: Annotated[str, id_path("The event id (a UUID).")]) -> st
 EventIdPath = Annotated[str, Depends(_event_id)]
 
 
-@route(router, "GET", "/monitoredEvents", Permission.RUNS_GET)
+@route(router, "GET", "/monitoredEvents", Permission.RUNS_GET, response=ListEventsResponse)
 async def list_parent_events(
     parent: ParentDep,
     service: ServiceDep,
@@ -83,11 +89,15 @@ for _path in (
     "/machineLearningRuns/{run_id}/monitoredEvents",
     "/machineLearningRuns/{run_id}/events",
 ):
-    route(router, "GET", _path, Permission.RUNS_GET)(list_events)
+    route(router, "GET", _path, Permission.RUNS_GET, response=ListEventsResponse)(list_events)
 
 
 @route(
-    router, "GET", "/machineLearningRuns/{run_id}/monitoredEvents/{event_id}", Permission.RUNS_GET
+    router,
+    "GET",
+    "/machineLearningRuns/{run_id}/monitoredEvents/{event_id}",
+    Permission.RUNS_GET,
+    response=WorkloadEvent,
 )
 async def get_event(
     run_id: RunIdPath, event_id: EventIdPath, parent: ParentDep, service: ServiceDep
@@ -97,7 +107,13 @@ async def get_event(
     return ContractResponse(event)
 
 
-@route(router, "GET", "/machineLearningRuns/{run_id}/analyses", Permission.RUNS_GET)
+@route(
+    router,
+    "GET",
+    "/machineLearningRuns/{run_id}/analyses",
+    Permission.RUNS_GET,
+    response=ListAnalysesResponse,
+)
 async def list_analyses(
     run_id: RunIdPath, parent: ParentDep, service: ServiceDep, event: str | None = None
 ) -> Response:

@@ -25,7 +25,13 @@ def _service(request: Request) -> HeartbeatsService:
 ServiceDep = Annotated[HeartbeatsService, Depends(_service)]
 
 
-@route(router, "GET", "/machineLearningRuns/{run_id}/heartbeats", Permission.RUNS_GET)
+@route(
+    router,
+    "GET",
+    "/machineLearningRuns/{run_id}/heartbeats",
+    Permission.RUNS_GET,
+    response=ListHeartbeatsResponse,
+)
 async def list_heartbeats(run_id: RunIdPath, parent: ParentDep, service: ServiceDep) -> Response:
     """The latest heartbeat of every process of the run, with whether it is overdue."""
     now = datetime.now(UTC)

@@ -14,7 +14,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import StreamingResponse
 
-from mldiag_platform.http import stopping_event
+from mldiag_platform.http import EVENT_STREAM, stopping_event
 from mldiag_platform.resources import ParentDep, route
 from mldiag_run_registry.live.service import LiveFeed
 from mldiag_run_registry.resources import RunIdPath
@@ -76,13 +76,19 @@ def _stream(request: Request, feed: LiveFeed, run_id: RunIdPath | None) -> Respo
     )
 
 
-@route(router, "GET", "/machineLearningRuns:watch", Permission.RUNS_LIST)
+@route(router, "GET", "/machineLearningRuns:watch", Permission.RUNS_LIST, responses=EVENT_STREAM)
 async def watch_runs(request: Request, feed: FeedDep) -> Response:
     """A stream of ``run`` hints about every run (runs list pages)."""
     return _stream(request, feed, None)
 
 
-@route(router, "GET", "/machineLearningRuns/{run_id}:watch", Permission.RUNS_GET)
+@route(
+    router,
+    "GET",
+    "/machineLearningRuns/{run_id}:watch",
+    Permission.RUNS_GET,
+    responses=EVENT_STREAM,
+)
 async def watch_run(
     run_id: RunIdPath, request: Request, parent: ParentDep, feed: FeedDep, runs: RunsDep
 ) -> Response:

@@ -11,7 +11,7 @@ from mldiag_run_registry.logs.service import LogsService, parse_query
 from mldiag_run_registry.resources import RunIdPath
 from mldiag_schemas import bus
 from mldiag_schemas.auth import Permission
-from mldiag_schemas.logs import LogLinesReceived
+from mldiag_schemas.logs import ListLogsResponse, LogLinesReceived
 
 router = APIRouter()
 
@@ -24,7 +24,13 @@ def _service(request: Request) -> LogsService:
 ServiceDep = Annotated[LogsService, Depends(_service)]
 
 
-@route(router, "GET", "/machineLearningRuns/{run_id}/logs", Permission.RUNS_GET)
+@route(
+    router,
+    "GET",
+    "/machineLearningRuns/{run_id}/logs",
+    Permission.RUNS_GET,
+    response=ListLogsResponse,
+)
 async def list_logs(
     run_id: RunIdPath,
     parent: ParentDep,

@@ -13,7 +13,14 @@ from mldiag_run_registry.resources import RunIdPath
 from mldiag_schemas import bus
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.sharing import RunUpdateKind
-from mldiag_schemas.telemetry import MetricPointsReceived
+from mldiag_schemas.telemetry import (
+    CompareMetricsResponse,
+    DownsampleMetricResponse,
+    LatestMetricsResponse,
+    ListMetricsResponse,
+    MetricPointsReceived,
+    ReadMetricSeriesResponse,
+)
 
 router = APIRouter()
 
@@ -30,19 +37,37 @@ EndStepQuery = Annotated[int | None, Query(alias="endStep")]
 WithTimesQuery = Annotated[bool, Query(alias="withTimes")]
 
 
-@route(router, "GET", "/machineLearningRuns/{run_id}/metrics", Permission.RUNS_GET)
+@route(
+    router,
+    "GET",
+    "/machineLearningRuns/{run_id}/metrics",
+    Permission.RUNS_GET,
+    response=ListMetricsResponse,
+)
 async def list_metrics(run_id: RunIdPath, parent: ParentDep, service: ServiceDep) -> Response:
     """The metrics a run recorded."""
     return ContractResponse(await service.list_metrics(parent.project, parent.location, run_id))
 
 
-@route(router, "GET", "/machineLearningRuns/{run_id}/metrics:latest", Permission.RUNS_GET)
+@route(
+    router,
+    "GET",
+    "/machineLearningRuns/{run_id}/metrics:latest",
+    Permission.RUNS_GET,
+    response=LatestMetricsResponse,
+)
 async def latest_values(run_id: RunIdPath, parent: ParentDep, service: ServiceDep) -> Response:
     """The latest value of every series of every metric of a run."""
     return ContractResponse(await service.latest(parent.project, parent.location, run_id))
 
 
-@route(router, "GET", "/machineLearningRuns:compareMetrics", Permission.RUNS_GET)
+@route(
+    router,
+    "GET",
+    "/machineLearningRuns:compareMetrics",
+    Permission.RUNS_GET,
+    response=CompareMetricsResponse,
+)
 async def compare_metrics(
     parent: ParentDep,
     service: ServiceDep,
@@ -69,7 +94,13 @@ async def compare_metrics(
     return ContractResponse(result)
 
 
-@route(router, "GET", "/machineLearningRuns/{run_id}/metrics/{metric:path}", Permission.RUNS_GET)
+@route(
+    router,
+    "GET",
+    "/machineLearningRuns/{run_id}/metrics/{metric:path}",
+    Permission.RUNS_GET,
+    response=(ReadMetricSeriesResponse, DownsampleMetricResponse),
+)
 async def read_series(
     run_id: RunIdPath,
     metric: str,

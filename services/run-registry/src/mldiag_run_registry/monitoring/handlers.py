@@ -22,13 +22,20 @@ def _service(request: Request) -> MonitoringService:
 ServiceDep = Annotated[MonitoringService, Depends(_service)]
 
 
-@route(router, "GET", "/monitoringRules", Permission.RUNS_GET)
+@route(router, "GET", "/monitoringRules", Permission.RUNS_GET, response=ProjectMonitoringRules)
 async def get_rules(parent: ParentDep, service: ServiceDep) -> Response:
     """The project's overrides of the detection rules."""
     return ContractResponse(await service.get_rules(parent.project, parent.location))
 
 
-@route(router, "PATCH", "/monitoringRules", Permission.RUNS_UPDATE, body=ProjectMonitoringRules)
+@route(
+    router,
+    "PATCH",
+    "/monitoringRules",
+    Permission.RUNS_UPDATE,
+    body=ProjectMonitoringRules,
+    response=ProjectMonitoringRules,
+)
 async def replace_rules(request: Request, parent: ParentDep, service: ServiceDep) -> Response:
     """Replace the project's overrides (editors and admins); announced on the bus."""
     body = parse_body(ProjectMonitoringRules, await request.body(), InvalidMonitoringRules)

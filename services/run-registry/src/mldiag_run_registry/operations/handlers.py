@@ -4,12 +4,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from mldiag_platform.http import ContractResponse, read_body
+from mldiag_platform.http import EMPTY_OBJECT, ContractResponse, read_body
 from mldiag_platform.resources import ParentDep, checked_id, id_path, route
 from mldiag_run_registry.operations.errors import InvalidOperationId
 from mldiag_run_registry.operations.service import OperationsService, parse_timeout
 from mldiag_schemas.auth import Permission
-from mldiag_schemas.operations import WaitOperationRequest
+from mldiag_schemas.operations import ListOperationsResponse, Operation, WaitOperationRequest
 
 router = APIRouter()
 
@@ -31,7 +31,7 @@ def _operation_id(operation_id: Annotated[str, id_path("The operation id.")]) ->
 OperationIdPath = Annotated[str, Depends(_operation_id)]
 
 
-@route(router, "GET", "/operations", Permission.OPERATIONS_LIST)
+@route(router, "GET", "/operations", Permission.OPERATIONS_LIST, response=ListOperationsResponse)
 async def list_operations(
     parent: ParentDep,
     service: ServiceDep,
@@ -46,7 +46,7 @@ async def list_operations(
     return ContractResponse(page)
 
 
-@route(router, "GET", "/operations/{operation_id}", Permission.OPERATIONS_GET)
+@route(router, "GET", "/operations/{operation_id}", Permission.OPERATIONS_GET, response=Operation)
 async def get_operation(
     operation_id: OperationIdPath, parent: ParentDep, service: ServiceDep
 ) -> Response:
@@ -60,6 +60,7 @@ async def get_operation(
     "/operations/{operation_id}:wait",
     Permission.OPERATIONS_GET,
     body=WaitOperationRequest,
+    response=Operation,
 )
 async def wait_operation(
     operation_id: OperationIdPath, request: Request, parent: ParentDep, service: ServiceDep
@@ -71,7 +72,13 @@ async def wait_operation(
     return ContractResponse(operation)
 
 
-@route(router, "POST", "/operations/{operation_id}:cancel", Permission.OPERATIONS_CANCEL)
+@route(
+    router,
+    "POST",
+    "/operations/{operation_id}:cancel",
+    Permission.OPERATIONS_CANCEL,
+    responses=EMPTY_OBJECT,
+)
 async def cancel_operation(
     operation_id: OperationIdPath, parent: ParentDep, service: ServiceDep
 ) -> Response:
@@ -80,7 +87,13 @@ async def cancel_operation(
     return Response(_EMPTY, media_type="application/json")
 
 
-@route(router, "DELETE", "/operations/{operation_id}", Permission.OPERATIONS_DELETE)
+@route(
+    router,
+    "DELETE",
+    "/operations/{operation_id}",
+    Permission.OPERATIONS_DELETE,
+    responses=EMPTY_OBJECT,
+)
 async def delete_operation(
     operation_id: OperationIdPath, parent: ParentDep, service: ServiceDep
 ) -> Response:

@@ -16,13 +16,18 @@ from mldiag_run_registry.resources import RunIdPath
 from mldiag_schemas import bus
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.envelope import Envelope
+from mldiag_schemas.operations import Operation
 from mldiag_schemas.profiling import (
     SESSION_ID_PATTERN,
     CaptureProfileRequest,
+    ListProfilerSessionsResponse,
+    ListProfilerTargetsResponse,
     ProfileCaptureFinished,
     ProfileCaptureRequested,
+    ProfilerSession,
     ProfilerSessionReport,
     ProfilerSessionReported,
+    ProfilerTarget,
     RegisterProfilerTargetRequest,
 )
 
@@ -67,6 +72,7 @@ SessionIdPath = Annotated[str, Depends(_session_id)]
     SESSIONS + ":report",
     Permission.PROFILER_SESSIONS_CREATE,
     body=ProfilerSessionReport,
+    response=ProfilerSession,
 )
 async def report_session(
     run_id: RunIdPath, request: Request, parent: ParentDep, service: ServiceDep
@@ -83,6 +89,7 @@ async def report_session(
     SESSIONS + ":capture",
     Permission.PROFILER_SESSIONS_CREATE,
     body=CaptureProfileRequest,
+    response=Operation,
 )
 async def capture(
     run_id: RunIdPath, request: Request, parent: ParentDep, captures: CapturesDep
@@ -94,7 +101,13 @@ async def capture(
     return ContractResponse(operation)
 
 
-@route(router, "GET", SESSIONS, Permission.PROFILER_SESSIONS_LIST)
+@route(
+    router,
+    "GET",
+    SESSIONS,
+    Permission.PROFILER_SESSIONS_LIST,
+    response=ListProfilerSessionsResponse,
+)
 async def list_sessions(
     run_id: RunIdPath,
     parent: ParentDep,
@@ -115,7 +128,13 @@ async def list_sessions(
     return ContractResponse(page)
 
 
-@route(router, "GET", SESSIONS + "/{session_id}", Permission.PROFILER_SESSIONS_GET)
+@route(
+    router,
+    "GET",
+    SESSIONS + "/{session_id}",
+    Permission.PROFILER_SESSIONS_GET,
+    response=ProfilerSession,
+)
 async def get_session(
     run_id: RunIdPath, session_id: SessionIdPath, parent: ParentDep, service: ServiceDep
 ) -> Response:
@@ -125,7 +144,12 @@ async def get_session(
 
 
 @route(
-    router, "POST", TARGETS, Permission.PROFILER_TARGETS_CREATE, body=RegisterProfilerTargetRequest
+    router,
+    "POST",
+    TARGETS,
+    Permission.PROFILER_TARGETS_CREATE,
+    body=RegisterProfilerTargetRequest,
+    response=ProfilerTarget,
 )
 async def register_target(
     run_id: RunIdPath, request: Request, parent: ParentDep, service: ServiceDep
@@ -136,7 +160,9 @@ async def register_target(
     return ContractResponse(target)
 
 
-@route(router, "GET", TARGETS, Permission.PROFILER_TARGETS_LIST)
+@route(
+    router, "GET", TARGETS, Permission.PROFILER_TARGETS_LIST, response=ListProfilerTargetsResponse
+)
 async def list_targets(run_id: RunIdPath, parent: ParentDep, service: ServiceDep) -> Response:
     """The run's profiler targets."""
     targets = await service.list_targets(parent.project, parent.location, run_id)

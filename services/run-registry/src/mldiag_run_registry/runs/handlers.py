@@ -19,9 +19,15 @@ from mldiag_run_registry.resources import RunIdPath
 from mldiag_run_registry.runs.service import RunService
 from mldiag_schemas import bus
 from mldiag_schemas.auth import Permission
+from mldiag_schemas.operations import Operation
 from mldiag_schemas.runs import (
+    ConfigsDiffResponse,
     CreateRunRequest,
+    FlatConfigsResponse,
+    ListRunsResponse,
+    Run,
     RunConfigsReported,
+    SelfHostedRun,
     SelfHostedRunRequest,
     UpdateRunRequest,
 )
@@ -70,14 +76,21 @@ def _is_self_hosted(raw: bytes) -> bool:
     return isinstance(data, dict) and "workload" in data
 
 
-@route(router, "POST", "/machineLearningRuns", Permission.RUNS_CREATE, body=CreateRunRequest)
+@route(
+    router,
+    "POST",
+    "/machineLearningRuns",
+    Permission.RUNS_CREATE,
+    body=CreateRunRequest,
+    response=Operation,
+)
 async def create_run(request: Request, parent: ParentDep, service: ServiceDep) -> Response:
     """Create a run; answers the done create operation (its ``response`` is the run)."""
     body = _run_body(CreateRunRequest, await request.body())
     return ContractResponse(await service.create_run(parent.project, parent.location, body))
 
 
-@route(router, "GET", "/machineLearningRuns", Permission.RUNS_LIST)
+@route(router, "GET", "/machineLearningRuns", Permission.RUNS_LIST, response=ListRunsResponse)
 async def list_runs(
     parent: ParentDep,
     service: ServiceDep,
@@ -93,20 +106,32 @@ async def list_runs(
     return ContractResponse(page)
 
 
-@route(router, "GET", "/machineLearningRuns/{run_id}", Permission.RUNS_GET)
+@route(router, "GET", "/machineLearningRuns/{run_id}", Permission.RUNS_GET, response=Run)
 async def get_run(run_id: RunIdPath, parent: ParentDep, service: ServiceDep) -> Response:
     """Get one run."""
     return ContractResponse(await service.get_run(parent.project, parent.location, run_id))
 
 
-@route(router, "GET", "/machineLearningRuns/{run_id}/configs", Permission.RUNS_GET)
+@route(
+    router,
+    "GET",
+    "/machineLearningRuns/{run_id}/configs",
+    Permission.RUNS_GET,
+    response=FlatConfigsResponse,
+)
 async def flat_configs(run_id: RunIdPath, parent: ParentDep, service: ServiceDep) -> Response:
     """The run's configs flattened to dotted keys (``userConfigs`` / ``optimizer.lr``)."""
     flat = await service.flat_configs(parent.project, parent.location, run_id)
     return ContractResponse(flat)
 
 
-@route(router, "GET", "/machineLearningRuns:diffConfigs", Permission.RUNS_GET)
+@route(
+    router,
+    "GET",
+    "/machineLearningRuns:diffConfigs",
+    Permission.RUNS_GET,
+    response=ConfigsDiffResponse,
+)
 async def diff_configs(
     parent: ParentDep,
     service: ServiceDep,
@@ -121,7 +146,14 @@ async def diff_configs(
     return ContractResponse(result)
 
 
-@route(router, "PATCH", "/machineLearningRuns", Permission.RUNS_CREATE, body=SelfHostedRunRequest)
+@route(
+    router,
+    "PATCH",
+    "/machineLearningRuns",
+    Permission.RUNS_CREATE,
+    body=SelfHostedRunRequest,
+    response=SelfHostedRun,
+)
 async def upsert_self_hosted(request: Request, parent: ParentDep, service: ServiceDep) -> Response:
     """The official SDK's create: upsert on ``logicalId``; answers the run as it reads it."""
     body = parse_body(SelfHostedRunRequest, await request.body())
@@ -138,6 +170,7 @@ async def upsert_self_hosted(request: Request, parent: ParentDep, service: Servi
     "/machineLearningRuns/{run_id}",
     Permission.RUNS_UPDATE,
     body=(UpdateRunRequest, SelfHostedRunRequest),
+    response=(Operation, SelfHostedRun),
 )
 async def update_run(
     run_id: RunIdPath, request: Request, parent: ParentDep, service: ServiceDep
@@ -165,7 +198,9 @@ async def update_run(
     return ContractResponse(operation)
 
 
-@route(router, "DELETE", "/machineLearningRuns/{run_id}", Permission.RUNS_DELETE)
+@route(
+    router, "DELETE", "/machineLearningRuns/{run_id}", Permission.RUNS_DELETE, response=Operation
+)
 async def delete_run(
     run_id: RunIdPath,
     parent: ParentDep,

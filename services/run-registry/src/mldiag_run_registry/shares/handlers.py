@@ -9,7 +9,12 @@ from mldiag_platform.http import ContractResponse, read_body
 from mldiag_platform.resources import ParentDep, checked_id, id_path, route
 from mldiag_run_registry.shares.service import ShareLinksService
 from mldiag_schemas.auth import SHARED_ROLE, Caller, Permission
-from mldiag_schemas.sharing import CreateShareLinkRequest
+from mldiag_schemas.sharing import (
+    CreatedShareLink,
+    CreateShareLinkRequest,
+    ListShareLinksResponse,
+    ShareLink,
+)
 
 router = APIRouter()
 
@@ -37,7 +42,7 @@ def _public_url(request: Request) -> str:
     return configured or str(request.base_url)
 
 
-@router.get(CALLER_PATH)
+@router.get(CALLER_PATH, responses={200: {"model": Caller}})
 async def describe_caller(caller: CallerDep, service: ServiceDep) -> Response:
     """The caller's role and permissions (and for a share link, what it opens)."""
     permissions = sorted(permission.value for permission in caller.permissions)
@@ -51,7 +56,14 @@ async def describe_caller(caller: CallerDep, service: ServiceDep) -> Response:
     )
 
 
-@route(router, "POST", "/shareLinks", Permission.SHARE_LINKS_CREATE, body=CreateShareLinkRequest)
+@route(
+    router,
+    "POST",
+    "/shareLinks",
+    Permission.SHARE_LINKS_CREATE,
+    body=CreateShareLinkRequest,
+    response=CreatedShareLink,
+)
 async def create_share_link(
     request: Request, parent: ParentDep, caller: CallerDep, service: ServiceDep
 ) -> Response:
@@ -63,7 +75,7 @@ async def create_share_link(
     return ContractResponse(created)
 
 
-@route(router, "GET", "/shareLinks", Permission.SHARE_LINKS_LIST)
+@route(router, "GET", "/shareLinks", Permission.SHARE_LINKS_LIST, response=ListShareLinksResponse)
 async def list_share_links(
     parent: ParentDep, service: ServiceDep, resource: Annotated[str | None, Query()] = None
 ) -> Response:
@@ -71,7 +83,7 @@ async def list_share_links(
     return ContractResponse(await service.list(parent.project, parent.location, resource))
 
 
-@route(router, "DELETE", "/shareLinks/{link_id}", Permission.SHARE_LINKS_DELETE)
+@route(router, "DELETE", "/shareLinks/{link_id}", Permission.SHARE_LINKS_DELETE, response=ShareLink)
 async def revoke_share_link(
     link_id: LinkIdPath, parent: ParentDep, service: ServiceDep
 ) -> Response:

@@ -8,7 +8,13 @@ from mldiag_platform.auth import requires
 from mldiag_platform.http import ContractResponse, json_body, read_body
 from mldiag_platform.resources import checked_id, id_path
 from mldiag_run_registry.tokens.service import TokenService
-from mldiag_schemas.auth import CreateTokenRequest, Permission
+from mldiag_schemas.auth import (
+    ApiToken,
+    CreatedToken,
+    CreateTokenRequest,
+    ListTokensResponse,
+    Permission,
+)
 
 router = APIRouter()
 
@@ -34,6 +40,7 @@ TokenIdPath = Annotated[str, Depends(_token_id)]
     TOKENS_PATH,
     dependencies=[requires(Permission.TOKENS_CREATE)],
     openapi_extra=json_body(CreateTokenRequest),
+    responses={200: {"model": CreatedToken}},
 )
 async def create_token(request: Request, service: ServiceDep) -> Response:
     """Create a token; the answer carries its secret, which is never shown again."""
@@ -41,13 +48,21 @@ async def create_token(request: Request, service: ServiceDep) -> Response:
     return ContractResponse(await service.create(body))
 
 
-@router.get(TOKENS_PATH, dependencies=[requires(Permission.TOKENS_LIST)])
+@router.get(
+    TOKENS_PATH,
+    dependencies=[requires(Permission.TOKENS_LIST)],
+    responses={200: {"model": ListTokensResponse}},
+)
 async def list_tokens(service: ServiceDep) -> Response:
     """Every token (without secrets)."""
     return ContractResponse(await service.list())
 
 
-@router.delete(TOKENS_PATH + "/{token_id}", dependencies=[requires(Permission.TOKENS_DELETE)])
+@router.delete(
+    TOKENS_PATH + "/{token_id}",
+    dependencies=[requires(Permission.TOKENS_DELETE)],
+    responses={200: {"model": ApiToken}},
+)
 async def revoke_token(token_id: TokenIdPath, service: ServiceDep) -> Response:
     """Revoke a token: every service refuses it from now on."""
     return ContractResponse(await service.revoke(token_id))

@@ -82,7 +82,18 @@ def _banner(replica: str, attempt: int) -> bytes:
     return f"==> {replica} attempt {attempt} <==\n".encode()
 
 
-@route(router, "GET", "/customJobs/{job_id}/logs", Permission.CUSTOM_JOBS_GET)
+@route(
+    router,
+    "GET",
+    "/customJobs/{job_id}/logs",
+    Permission.CUSTOM_JOBS_GET,
+    responses={
+        200: {
+            "description": "The output as text.",
+            "content": {_TEXT: {"schema": {"type": "string"}}},
+        }
+    },
+)
 async def read_logs(
     job_id: JobIdPath,
     request: Request,

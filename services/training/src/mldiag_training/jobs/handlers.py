@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 
+from mldiag_platform.http import EMPTY_OBJECT
 from mldiag_platform.resources import ParentDep
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.jobs import (
@@ -64,7 +65,13 @@ async def get_custom_job(
     return VertexResponse(job, request)
 
 
-@route(router, "POST", "/customJobs/{job_id}:cancel", Permission.CUSTOM_JOBS_CANCEL)
+@route(
+    router,
+    "POST",
+    "/customJobs/{job_id}:cancel",
+    Permission.CUSTOM_JOBS_CANCEL,
+    responses=EMPTY_OBJECT,
+)
 async def cancel_custom_job(job_id: JobIdPath, parent: ParentDep, service: ServiceDep) -> Response:
     """Cancel a job (it goes CANCELLING, then CANCELLED once its replicas have stopped);
     answers ``{}``. An ended job is FAILED_PRECONDITION."""

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Request, Response
 
 from mldiag_platform import resources
 from mldiag_platform.bus import Bus, ConsumerSpec, Delivery
+from mldiag_platform.http import EMPTY_OBJECT
 from mldiag_platform.resources import ParentDep
 from mldiag_schemas import bus as subjects
 from mldiag_schemas.auth import Permission
@@ -124,7 +125,13 @@ async def get_training_pipeline(
     return _answer(pipeline, request)
 
 
-@route(router, "POST", "/trainingPipelines/{pipeline_id}:cancel", Permission.PIPELINES_CANCEL)
+@route(
+    router,
+    "POST",
+    "/trainingPipelines/{pipeline_id}:cancel",
+    Permission.PIPELINES_CANCEL,
+    responses=EMPTY_OBJECT,
+)
 async def cancel_training_pipeline(
     pipeline_id: PipelineIdPath, parent: ParentDep, service: ServiceDep
 ) -> Response:

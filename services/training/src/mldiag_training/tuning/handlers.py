@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from nats.js.errors import NotFoundError
 
 from mldiag_platform.bus import Bus, ConsumerSpec, Delivery
+from mldiag_platform.http import EMPTY_OBJECT
 from mldiag_platform.resources import ParentDep
 from mldiag_schemas import bus as subjects
 from mldiag_schemas.auth import Permission
@@ -98,7 +99,13 @@ async def get_tuning_job(
     return _answer(job, request)
 
 
-@route(router, "POST", "/hyperparameterTuningJobs/{job_id}:cancel", Permission.TUNING_JOBS_CANCEL)
+@route(
+    router,
+    "POST",
+    "/hyperparameterTuningJobs/{job_id}:cancel",
+    Permission.TUNING_JOBS_CANCEL,
+    responses=EMPTY_OBJECT,
+)
 async def cancel_tuning_job(job_id: JobIdPath, parent: ParentDep, service: ServiceDep) -> Response:
     """Cancel a tuning job (CANCELLING; CANCELLED once its active trials' jobs have ended);
     answers ``{}``. An ended job is FAILED_PRECONDITION."""

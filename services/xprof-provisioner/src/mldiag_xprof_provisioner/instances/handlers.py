@@ -74,7 +74,11 @@ _ERRORS: dict[int | str, dict[str, object]] = {
 }
 _START_ERRORS: dict[int | str, dict[str, object]] = {**_ERRORS, 413: {"model": ErrorBody}}
 _PROXY_ERRORS: dict[int | str, dict[str, object]] = {
-    status: {"model": ErrorBody} for status in (400, 401, 403, 404, 409, 429, 503)
+    200: {
+        "description": "What XProf answers (its pages, scripts and JSON), passed through.",
+        "content": {"*/*": {"schema": {}}},
+    },
+    **{status: {"model": ErrorBody} for status in (400, 401, 403, 404, 409, 429, 503)},
 }
 
 
