@@ -1,7 +1,7 @@
 """``mldiag configs diff``'s rendering of the API's diff, and the CLI's flattening."""
 
+from mldiag.cli.configs import render_diff
 from mldiag.cli.output import flatten
-from mldiag.cli.registry import render_diff
 
 
 def test_flatten_dots_nested_dicts_and_keeps_leaves() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from mldiag.cli import build_parser
+from mldiag.cli.common import UsageError
 from mldiag.cli.jobs import (
     POOL_KEYS,
     build_job_request,
@@ -20,7 +21,6 @@ from mldiag.cli.jobs import (
     parse_timeout,
     parse_worker_pool_spec,
 )
-from mldiag.cli.registry import UsageError
 from mldiag.jobs import parse_job_name
 from mldiag.packaging import PackagingError, build_wheel
 

@@ -6,6 +6,7 @@ import math
 import pytest
 import yaml
 
+from mldiag.cli.metrics import series_label
 from mldiag.cli.output import (
     cell,
     dump,
@@ -15,7 +16,7 @@ from mldiag.cli.output import (
     short_time,
     to_yaml,
 )
-from mldiag.cli.registry import run_row, series_label
+from mldiag.cli.runs import run_row
 
 
 def test_table_aligns_columns_and_trims_trailing_space() -> None:

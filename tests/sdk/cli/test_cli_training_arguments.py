@@ -10,9 +10,9 @@ import pytest
 
 from mldiag.api_client import ApiError
 from mldiag.cli import build_parser
+from mldiag.cli.common import UsageError
 from mldiag.cli.models import build_upload_request, operation_result, version_reference
 from mldiag.cli.pipelines import build_pipeline_request
-from mldiag.cli.registry import UsageError
 from mldiag.cli.resources import camel_case_keys, order_by
 from mldiag.cli.tuning import TRIAL_COLUMNS, build_tuning_request, parameter_rows, trial_row
 from mldiag.training_api import CUSTOM_TASK, TUNING_TASK, parse_resource_name

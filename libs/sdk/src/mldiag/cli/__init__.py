@@ -1,9 +1,10 @@
 """The ``mldiag`` command line.
 
 ``up``, ``status`` and ``down`` look after the embedded stack (:mod:`mldiag.cli.stack`);
-``runs``, ``metrics``, ``operations`` and ``configs`` talk to the run-registry API
-(:mod:`mldiag.cli.registry`); ``profiles``, ``targets`` and ``xprof`` to the registry and the
-xprof-provisioner (:mod:`mldiag.cli.profiles`); ``jobs``, ``hp-tuning-jobs``,
+``runs``, ``metrics``, ``operations``, ``configs``, ``events``, ``rules`` and ``auth`` talk to
+the run-registry API (one module each, sharing :mod:`mldiag.cli.common`); ``profiles``,
+``targets`` and ``xprof`` to the registry and the xprof-provisioner
+(:mod:`mldiag.cli.profiles`); ``jobs``, ``hp-tuning-jobs``,
 ``training-pipelines`` and ``models`` to the training API (:mod:`mldiag.cli.jobs`,
 :mod:`mldiag.cli.tuning`, :mod:`mldiag.cli.pipelines`, :mod:`mldiag.cli.models`); ``alerts``
 to the notifier (:mod:`mldiag.cli.alerts`). It talks to a person, so it prints plain text,
@@ -21,18 +22,20 @@ from collections.abc import Sequence
 from mldiag.api_client import ApiError, ApiUnreachable
 from mldiag.cli.agent import add_agent_command
 from mldiag.cli.alerts import add_alerts_commands
+from mldiag.cli.auth import add_auth_commands
+from mldiag.cli.common import Context, UsageError, add_global_options, client_from_args
+from mldiag.cli.configs import add_configs_commands
+from mldiag.cli.events import add_events_commands
 from mldiag.cli.jobs import add_jobs_commands
 from mldiag.cli.logs import add_logs_command
+from mldiag.cli.metrics import add_metrics_commands
 from mldiag.cli.models import add_models_commands
+from mldiag.cli.operations import add_operations_commands
 from mldiag.cli.output import Format
 from mldiag.cli.pipelines import add_pipelines_commands
-from mldiag.cli.registry import (
-    Context,
-    UsageError,
-    add_api_commands,
-    add_global_options,
-    client_from_args,
-)
+from mldiag.cli.profiles import add_profiles_commands
+from mldiag.cli.rules import add_rules_commands
+from mldiag.cli.runs import add_runs_commands
 from mldiag.cli.stack import add_stack_commands, config_from_args, supervisor_command
 from mldiag.cli.substrate import add_substrate_command
 from mldiag.cli.supervise import add_run_command
@@ -54,7 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_global_options(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_stack_commands(commands)
-    add_api_commands(commands)
+    add_runs_commands(commands)
+    add_metrics_commands(commands)
+    add_operations_commands(commands)
+    add_configs_commands(commands)
+    add_events_commands(commands)
+    add_rules_commands(commands)
+    add_profiles_commands(commands)
+    add_auth_commands(commands)
     add_logs_command(commands)
     add_jobs_commands(commands)
     add_tuning_commands(commands)

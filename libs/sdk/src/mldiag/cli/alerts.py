@@ -17,9 +17,9 @@ from typing import Any
 
 from mldiag.alerts_api import CHANNELS, DELIVERIES, RULES, AlertsClient, deliveries_filter
 from mldiag.api_client import ApiError, JsonObject
+from mldiag.cli.common import Context, UsageError, add_global_options
 from mldiag.cli.jobs import parse_key_values
 from mldiag.cli.output import labels_cell, short_time
-from mldiag.cli.registry import Context, UsageError, add_global_options
 from mldiag.cli.resources import (
     client_kwargs,
     emit_deleted,

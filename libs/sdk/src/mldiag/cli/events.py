@@ -12,12 +12,13 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from mldiag.api_client import JsonObject
+from mldiag.cli.common import api_command_group, api_verb
 from mldiag.cli.output import add_json_flag, cell, render_fields, render_table, short_time
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from mldiag.cli.registry import Context
+    from mldiag.cli.common import Context
 
     Verb = Callable[..., argparse.ArgumentParser]
 
@@ -109,7 +110,18 @@ def event_row(event: JsonObject) -> tuple[str, ...]:
     )
 
 
-def add_events_commands(verbs: Any, verb: Verb) -> None:
+def add_events_commands(commands: Any) -> None:
+    """Add ``events`` (also ``monitored-events``) to ``mldiag``'s commands."""
+    verbs = api_command_group(
+        commands,
+        "events",
+        "list and describe workload events",
+        aliases=("monitored-events",),
+    )
+    _add_events_verbs(verbs, api_verb)
+
+
+def _add_events_verbs(verbs: Any, verb: Verb) -> None:
     """``events list`` and ``events describe``."""
     listing = verb(
         verbs,

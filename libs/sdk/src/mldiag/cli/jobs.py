@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from mldiag.api_client import JsonObject
+from mldiag.cli.common import Context, UsageError, add_global_options
 from mldiag.cli.output import cell, flatten, labels_cell, render_fields, render_table, short_time
-from mldiag.cli.registry import Context, UsageError, add_global_options
 from mldiag.cli.resources import emit_cancelled, emit_deleted, emit_list, list_all, read_mapping
 from mldiag.credentials import resolve_token
 from mldiag.jobs import CUSTOM_JOBS, JobsClient

@@ -15,13 +15,13 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from mldiag.cli.common import add_global_options
 from mldiag.cli.events import time_argument
 from mldiag.cli.output import dump
-from mldiag.cli.registry import add_global_options
 
 if TYPE_CHECKING:
     from mldiag.api_client import JsonObject
-    from mldiag.cli.registry import Context
+    from mldiag.cli.common import Context
 
 STREAMS = ("stdout", "stderr", "otlp", "system")
 """What ``--stream`` accepts."""

@@ -12,9 +12,9 @@ import argparse
 from typing import Any
 
 from mldiag.api_client import ApiError, JsonObject
+from mldiag.cli.common import Context, UsageError
 from mldiag.cli.jobs import parse_key_values
 from mldiag.cli.output import cell, labels_cell, render_table, short_time
-from mldiag.cli.registry import Context, UsageError
 from mldiag.cli.resources import (
     Verb,
     add_list_flags,

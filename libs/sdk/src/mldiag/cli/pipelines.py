@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from mldiag.api_client import JsonObject
+from mldiag.cli.common import Context, UsageError
 from mldiag.cli.jobs import merge_labels
 from mldiag.cli.output import cell, labels_cell, short_time
-from mldiag.cli.registry import Context, UsageError
 from mldiag.cli.resources import (
     Verb,
     add_list_flags,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from mldiag.api_client import DEFAULT_API_URL, JsonObject, XProfClient, xprof_link
+from mldiag.cli.common import api_command_group, api_verb
 from mldiag.cli.events import duration
 from mldiag.cli.output import add_json_flag, cell, render_fields, render_table, short_time
 from mldiag.credentials import resolve_token
@@ -26,7 +27,7 @@ from mldiag.credentials import resolve_token
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from mldiag.cli.registry import Context
+    from mldiag.cli.common import Context
 
     Verb = Callable[..., argparse.ArgumentParser]
 
@@ -122,7 +123,25 @@ def _add_xprof_url(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_profiles_commands(verbs: Any, verb: Verb) -> None:
+def add_profiles_commands(commands: Any) -> None:
+    """Add ``profiles`` (also ``profiler-sessions``), ``targets`` (also ``profiler-targets``)
+    and ``xprof`` to ``mldiag``'s commands."""
+    profiles = api_command_group(
+        commands,
+        "profiles",
+        "list, describe and capture profiles",
+        aliases=("profiler-sessions",),
+    )
+    _add_profiles_verbs(profiles, api_verb)
+    targets = api_command_group(
+        commands, "targets", "list runs' profiler targets", aliases=("profiler-targets",)
+    )
+    _add_targets_verbs(targets, api_verb)
+    xprof = api_command_group(commands, "xprof", "serve profiles in managed XProf instances")
+    _add_xprof_verbs(xprof, api_verb)
+
+
+def _add_profiles_verbs(verbs: Any, verb: Verb) -> None:
     """``profiles list``, ``profiles describe`` and ``profiles capture``."""
     listing = verb(verbs, "list", _profiles_list, "list a run's profiler sessions (newest first)")
     listing.add_argument("run", metavar="RUN")
@@ -185,7 +204,7 @@ def add_profiles_commands(verbs: Any, verb: Verb) -> None:
     add_json_flag(capture)
 
 
-def add_targets_commands(verbs: Any, verb: Verb) -> None:
+def _add_targets_verbs(verbs: Any, verb: Verb) -> None:
     """``targets list``."""
     listing = verb(
         verbs,
@@ -197,7 +216,7 @@ def add_targets_commands(verbs: Any, verb: Verb) -> None:
     add_json_flag(listing)
 
 
-def add_xprof_commands(verbs: Any, verb: Verb) -> None:
+def _add_xprof_verbs(verbs: Any, verb: Verb) -> None:
     """``xprof deploy``, ``xprof list``, ``xprof delete`` and ``xprof open``."""
     deploy = verb(
         verbs,

@@ -16,8 +16,8 @@ from typing import Any
 
 from mldiag._training import parse_resource_name
 from mldiag.api_client import JsonObject
+from mldiag.cli.common import Context, UsageError, add_global_options
 from mldiag.cli.output import cell, flatten, render_fields, render_table
-from mldiag.cli.registry import Context, UsageError, add_global_options
 from mldiag.credentials import resolve_token
 
 FREE_FORM_KEYS = frozenset({"labels", "metadata", "inputs", "outputs"})

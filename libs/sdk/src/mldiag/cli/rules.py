@@ -12,12 +12,13 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from mldiag.api_client import JsonObject
+from mldiag.cli.common import api_command_group, api_verb
 from mldiag.cli.output import cell, render_table
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from mldiag.cli.registry import Context
+    from mldiag.cli.common import Context
 
     Verb = Callable[..., argparse.ArgumentParser]
 
@@ -87,7 +88,13 @@ def render_rules(rules: JsonObject, scope: str) -> str:
     return f"overrides for {scope}\n\n{render_table(('RULE', 'SETTING', 'VALUE'), rows)}"
 
 
-def add_rules_commands(verbs: Any, verb: Verb) -> None:
+def add_rules_commands(commands: Any) -> None:
+    """Add ``rules`` to ``mldiag``'s commands."""
+    verbs = api_command_group(commands, "rules", "override the detection rules' thresholds")
+    _add_rules_verbs(verbs, api_verb)
+
+
+def _add_rules_verbs(verbs: Any, verb: Verb) -> None:
     """``rules show`` and ``rules set``."""
     show = verb(verbs, "show", _rules_show, "show the overrides of the detection rules")
     show.add_argument("--run", metavar="RUN", help="a run's overrides [the project's]")

@@ -54,7 +54,9 @@ from types import FrameType
 from typing import IO, Any, TextIO
 
 import mldiag
-from mldiag.cli.registry import _config_value, _key_value, _nest
+from mldiag.cli.common import config_value as _config_value
+from mldiag.cli.common import key_value as _key_value
+from mldiag.cli.common import nest as _nest
 from mldiag.config import Settings, contention_interval, env_seconds
 from mldiag.control import ControlStatus, HttpRunControl, RunControl, RunPhase, RunSpec
 from mldiag.hypertune import METRIC_FILE_ENV, MetricFileForwarder, attempt_metric_file
