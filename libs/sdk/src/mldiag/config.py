@@ -1,4 +1,6 @@
-"""SDK settings: arguments first, then ``MLDIAG_*`` environment variables, then defaults.
+"""SDK settings: arguments first, then ``MLDIAG_*`` environment variables, then the stored
+login of ``mldiag login`` and the local stack's admin token (:mod:`mldiag.credentials`), then
+defaults.
 
 Read when a run starts (never at import), so a launcher can set the environment late.
 """
@@ -6,17 +8,55 @@ Read when a run starts (never at import), so a launcher can set the environment 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from mldiag.credentials import resolve_token
+from mldiag.credentials import DEFAULT_API_URL, resolve_connection
 from mldiag.spool import default_root
 
-DEFAULT_API_URL = "http://127.0.0.1:8080"
-"""The platform's one base URL when neither an argument nor ``MLDIAG_API_URL`` names one."""
+__all__ = [
+    "CONTENTION_INTERVAL_ENV",
+    "DEFAULT_API_URL",
+    "DEFAULT_CONTENTION_INTERVAL",
+    "Settings",
+    "contention_interval",
+    "env_seconds",
+]
+
+MODE_ENV = "MLDIAG_MODE"
+"""How the SDK records (:class:`Mode`) when ``init`` is not given ``mode=``."""
+
+
+class Mode(enum.StrEnum):
+    """How a run records: ``online`` sends, ``offline`` spools for ``mldiag sync``,
+    ``disabled`` does nothing at all (CI, notebooks)."""
+
+    ONLINE = "online"
+    OFFLINE = "offline"
+    DISABLED = "disabled"
+
+
+class ModeError(ValueError):
+    """A mode that is not one of :class:`Mode` (its stable code: ``invalid_mode``)."""
+
+    code = "invalid_mode"
+
+
+def resolve_mode(mode: str | None = None, env: Mapping[str, str] | None = None) -> Mode:
+    """``mode``, else ``MLDIAG_MODE``, else online; :class:`ModeError` naming the allowed."""
+    env = os.environ if env is None else env
+    given = mode if mode is not None else env.get(MODE_ENV, "")
+    text = str(given).strip().lower() or Mode.ONLINE.value
+    try:
+        return Mode(text)
+    except ValueError:
+        source = "mode" if mode is not None else MODE_ENV
+        allowed = ", ".join(item.value for item in Mode)
+        raise ModeError(f"invalid_mode: {source} must be one of {allowed}, not {given!r}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +70,8 @@ class Settings:
             URL unless an argument or ``MLDIAG_INGESTION_URL`` names ingestion itself
             (to skip the edge, or where writes have a door of their own).
         token: API token sent as ``Authorization: Bearer`` (default: ``$MLDIAG_TOKEN``, else
-            the admin token ``mldiag up`` keeps in ``$MLDIAG_HOME``).
+            the stored login's for its URL, else the admin token ``mldiag up`` keeps in
+            ``$MLDIAG_HOME``).
         spool_dir: Root of the disk spool (one directory per run and writer).
         batch_points: A batch is sent once this many points are buffered.
         flush_interval: ... or once the oldest buffered point is this many seconds old.
@@ -73,12 +114,13 @@ class Settings:
         """
         env = os.environ if env is None else env
         root = spool_dir if spool_dir is not None else env.get("MLDIAG_SPOOL_DIR")
-        api = (api_url or env.get("MLDIAG_API_URL") or DEFAULT_API_URL).rstrip("/")
+        connection = resolve_connection(api_url, token, env)
+        api = connection.api_url
         settings = cls(
             api_url=api,
             # One base URL: writes go where the API is unless ingestion is named.
             ingestion_url=(ingestion_url or env.get("MLDIAG_INGESTION_URL") or api).rstrip("/"),
-            token=resolve_token(token, env),
+            token=connection.token,
             spool_dir=Path(root) if root else default_root(),
             heartbeat_interval=env_seconds(env, "MLDIAG_HEARTBEAT_INTERVAL", 10.0),
         )

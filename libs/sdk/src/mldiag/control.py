@@ -75,9 +75,19 @@ class RunControl(Protocol):
 class HttpRunControl:
     """:class:`RunControl` over the run registry's REST API."""
 
-    def __init__(self, http: httpx.Client, api_url: str) -> None:
+    def __init__(
+        self,
+        http: httpx.Client,
+        api_url: str,
+        *,
+        project: str | None = None,
+        location: str | None = None,
+    ) -> None:
         self._http = http
-        self._runs = f"{api_url}/v1/machineLearningRuns"
+        # The long resource form when a project or location is named (the other defaults to
+        # the short form's "default" / "local"), so the run is created in that project.
+        scope = f"/projects/{project or 'default'}/locations/{location or 'local'}"
+        self._runs = f"{api_url}/v1{scope if project or location else ''}/machineLearningRuns"
         self._warned_phase = False
         self._warned_create = False
 

@@ -31,13 +31,14 @@ from datetime import UTC, datetime
 from types import FrameType, TracebackType
 from typing import Any, Literal, Self
 
-from mldiag.config import Settings, contention_interval, env_seconds
+from mldiag.config import Mode, Settings, contention_interval, env_seconds, resolve_mode
 from mldiag.control import ControlStatus, HttpRunControl, RunControl, RunPhase, RunSpec
 from mldiag.encoding import Encoder
 from mldiag.environment import user_configs, with_environment
 from mldiag.heartbeat import Heartbeat
 from mldiag.identity import host_name, process_index, resolve_run_id
 from mldiag.jax_compile import CompileWatcher
+from mldiag.offline import OfflinePipeline, OfflineRecord
 from mldiag.pipeline import Pipeline
 from mldiag.profiler_server import (
     advertised_address,
@@ -52,7 +53,15 @@ from mldiag.signals import (
     SignalKind,
     SignalSender,
 )
-from mldiag.spool import BatchQueue, MemoryQueue, Spool, SpoolError, orphan_spools, writer_name
+from mldiag.spool import (
+    BatchQueue,
+    MemoryQueue,
+    Spool,
+    SpoolError,
+    default_root,
+    orphan_spools,
+    writer_name,
+)
 from mldiag.system import Sample, SystemSampler, by_labels, contention_source
 from mldiag.transport import MetricsWriter, client
 
@@ -79,6 +88,54 @@ def current_run() -> Run | None:
     return _current
 
 
+class NoActiveRunError(RuntimeError):
+    """A module-level call (``mldiag.log``) found no run: :func:`init` was not called, or
+    the run it returned has finished. Its stable code is ``no_active_run``."""
+
+    code = "no_active_run"
+
+    def __init__(self, call: str) -> None:
+        super().__init__(
+            f"no_active_run: mldiag.{call}() has no active run: call mldiag.init() first"
+        )
+
+
+def active_run(call: str = "current_run") -> Run:
+    """The current run (:func:`current_run`); :class:`NoActiveRunError` when there is none."""
+    run = _current
+    if run is None:
+        raise NoActiveRunError(call)
+    return run
+
+
+def log(
+    metrics: Mapping[str, Any],
+    step: int | None = None,
+    *,
+    labels: Mapping[str, str] | None = None,
+) -> None:
+    """:meth:`Run.log` on the current run (W&B's ``wandb.log``): ``mldiag.log({"loss": x})``.
+
+    Raises :class:`NoActiveRunError` before :func:`init` or after :func:`finish`.
+    """
+    active_run("log").log(metrics, step, labels=labels)
+
+
+def finish(
+    status: Status = "COMPLETED",
+    error: str | None = None,
+    timeout: float | None = None,
+    *,
+    error_code: str | None = None,
+) -> bool:
+    """:meth:`Run.finish` on the current run; without one, nothing to do (True), so that
+    cleanup code may call it whatever happened before."""
+    run = _current
+    if run is None:
+        return True
+    return run.finish(status, error, timeout, error_code=error_code)
+
+
 class Run:
     """One process's handle on a run. Create it with :func:`init`."""
 
@@ -93,6 +150,7 @@ class Run:
         handle_exit: bool = True,
         replay_all: bool = True,
         system_metrics_interval: float | None = None,
+        offline: OfflineRecord | None = None,
     ) -> None:
         self.spec = spec
         self.settings = settings
@@ -111,18 +169,26 @@ class Run:
         self._run_ready = self._control is None
         self._described: RunSpec | None = None
         """The spec with the environment's configs, once the sender thread collected them."""
+        self._offline = offline
+        """Where an offline run records everything it would send (None: online)."""
         self._http = client(settings.token, settings.request_timeout)
-        queue, orphans = self._open_spool(replay_all)
-        dead_letters = settings.spool_dir / "dead-letter" if settings.spool_dir else None
-        self._pipeline = Pipeline(
-            settings,
-            queue,
-            MetricsWriter(self._http, settings.ingestion_url),
-            Encoder(host, process_index),
-            orphans=orphans,
-            dead_letter_dir=dead_letters,
-            before_send=self._ensure_run if self._control is not None else None,
-        )
+        self._pipeline: Pipeline | OfflinePipeline
+        if offline is not None:
+            self._pipeline = OfflinePipeline(
+                settings, offline, Encoder(host, process_index), on_start=self._describe_offline
+            )
+        else:
+            queue, orphans = self._open_spool(replay_all)
+            dead_letters = settings.spool_dir / "dead-letter" if settings.spool_dir else None
+            self._pipeline = Pipeline(
+                settings,
+                queue,
+                MetricsWriter(self._http, settings.ingestion_url),
+                Encoder(host, process_index),
+                orphans=orphans,
+                dead_letter_dir=dead_letters,
+                before_send=self._ensure_run if self._control is not None else None,
+            )
         self._pipeline.start()
         self._sampler: SystemSampler | None = None
         if system_metrics_interval is not None and os.environ.get("LOCAL_RANK", "0") == "0":
@@ -134,7 +200,7 @@ class Run:
             )
             self._sampler.start()
         self._heartbeat: Heartbeat | None = None
-        if settings.heartbeat_interval > 0:
+        if settings.heartbeat_interval > 0 and offline is None:  # liveness is for live runs
             self._heartbeat = Heartbeat(
                 client(settings.token, settings.request_timeout),
                 settings.ingestion_url,
@@ -175,6 +241,11 @@ class Run:
     def is_primary(self) -> bool:
         """Whether this process (index 0) is the one that changes the run."""
         return self.process_index == 0
+
+    @property
+    def mode(self) -> Mode:
+        """How this run records: online, offline (spooled for ``mldiag sync``) or disabled."""
+        return Mode.ONLINE if self._offline is None else Mode.OFFLINE
 
     @property
     def step(self) -> int:
@@ -311,7 +382,7 @@ class Run:
         unreachable platform log a warning and return False). ``time`` (when it happened)
         defaults to now; a naive one is local time.
         """
-        if self._disabled:
+        if self._disabled or self._offline is not None:  # a signal describes a live process
             return False
         try:
             kind = SignalKind(kind)
@@ -428,12 +499,19 @@ class Run:
             # First: an upload cut short is lost, unsent points stay spooled for later.
             self._profiles.close(max(deadline - reserve - time.monotonic(), 0.0))
         sent = self._pipeline.close(max(deadline - reserve - time.monotonic(), 0.0))
+        if self._offline is not None:
+            self._offline.finish(RunPhase(status), error, error_code)
         if self._control is not None:
             phase = RunPhase(status)
             self._set_phase(phase, error, error_code, deadline)
         if sent:
             self._http.close()
         return sent
+
+    def _describe_offline(self) -> None:
+        """Store the configs with the environment's sections (offline collector thread)."""
+        if self._offline is not None:
+            self._offline.describe(with_environment(self.spec.configs))
 
     def _ensure_run(self, timeout: float) -> bool:
         """Create or attach to the run (sender thread); True once done or given up."""
@@ -571,6 +649,77 @@ class Run:
         return spool, orphans
 
 
+class DisabledRun(Run):
+    """What :func:`init` returns under ``MLDIAG_MODE=disabled``: a :class:`Run` that does
+    nothing. No thread, no socket, no file, no exit hook; ``log`` only counts steps so that
+    :attr:`step` stays meaningful. The switch for CI and notebooks."""
+
+    def __init__(self, spec: RunSpec, *, process_index: int, host: str) -> None:
+        # Deliberately not Run.__init__: that starts threads and opens the spool.
+        self.spec = spec
+        self.settings = Settings()
+        self.process_index = process_index
+        self.host = host
+        self._next_step = 0
+        self._finished = False
+        self._disabled = True
+
+    @property
+    def mode(self) -> Mode:
+        """Always :attr:`Mode.DISABLED`."""
+        return Mode.DISABLED
+
+    def log(
+        self,
+        metrics: Mapping[str, Any],  # noqa: ARG002  # the Run's signature
+        step: int | None = None,
+        *,
+        labels: Mapping[str, str] | None = None,  # noqa: ARG002
+    ) -> None:
+        """Nothing recorded; the next step advances as :meth:`Run.log` would."""
+        if type(step) is int and step >= 0:
+            self._next_step = step + 1
+        elif step is None:
+            self._next_step += 1
+
+    def record(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing recorded."""
+
+    @contextlib.contextmanager
+    def data_wait(self) -> Iterator[None]:
+        """Nothing timed."""
+        yield
+
+    @contextlib.contextmanager
+    def checkpoint(self) -> Iterator[None]:
+        """Nothing timed."""
+        yield
+
+    def watch_jax(self) -> bool:
+        """Nothing watched (False)."""
+        return False
+
+    def report_signal(self, *args: Any, **kwargs: Any) -> bool:  # noqa: ARG002
+        """Nothing sent (False)."""
+        return False
+
+    def flush(self, timeout: float | None = None) -> bool:  # noqa: ARG002
+        """Nothing to send (True)."""
+        return True
+
+    def finish(self, *args: Any, **kwargs: Any) -> bool:  # noqa: ARG002
+        """No longer the current run; nothing else (True)."""
+        global _current  # noqa: PLW0603  # the module-level "current run"
+        self._finished = True
+        with _current_lock:
+            if _current is self:
+                _current = None
+        return True
+
+    def _profiling(self) -> RunProfiles:
+        raise RuntimeError("mldiag is disabled (MLDIAG_MODE=disabled): no profile is recorded")
+
+
 def init(
     name: str = "",
     run_set: str = "default",
@@ -599,6 +748,10 @@ def init(
     system_metrics_interval: float | None = None,
     control: RunControl | None = None,
     profiler_port: int | None = None,
+    config: Mapping[str, Any] | None = None,
+    project: str | None = None,
+    location: str | None = None,
+    mode: Mode | str | None = None,
 ) -> Run:
     """Start recording a run, creating it (process 0) or attaching to it.
 
@@ -646,7 +799,21 @@ def init(
             (``MLDIAG_PROFILER_PORT``; default: no server). Imports JAX. The advertised
             address is ``MLDIAG_PROFILER_ADVERTISE_HOST``, else the local address of the
             route to the registry (see :mod:`mldiag.profiler_server`).
+        config: ``configs`` under the name W&B and others use (give one or the other).
+        project: Project to create the run in (``MLDIAG_PROJECT``; default: ``default``),
+            the ``projects/{project}/locations/{location}/`` of its resource name.
+        location: Location to create it in (``MLDIAG_LOCATION``; default: ``local``).
+        mode: ``online`` (default), ``offline`` (record to the spool for ``mldiag sync``,
+            send nothing) or ``disabled`` (do nothing); ``MLDIAG_MODE`` when not given.
+            Another value raises :class:`mldiag.config.ModeError`.
     """
+    chosen = resolve_mode(mode)
+    if config is not None:
+        if configs is not None:
+            raise TypeError("init() takes configs= or config=, not both")
+        configs = config
+    if chosen is Mode.DISABLED:
+        return _start_disabled(name, run_set, configs, run_id, workload_id, process_index)
     overrides = {
         key: value
         for key, value in (
@@ -680,25 +847,69 @@ def init(
         monitoring=dict(monitoring or {}),
     )
     run_control: RunControl | None = None
-    if create_run:
+    project = project or os.environ.get("MLDIAG_PROJECT") or None
+    location = location or os.environ.get("MLDIAG_LOCATION") or None
+    index = process_index_of(process_index)
+    host = host_name()
+    offline: OfflineRecord | None = None
+    if chosen is Mode.OFFLINE:
+        offline = OfflineRecord(
+            settings.spool_dir or default_root(),
+            spec,
+            writer_name(host, index),
+            primary=index == 0,
+            create_run=create_run,
+            project=project,
+            location=location,
+        )
+    elif create_run:
         run_control = control or HttpRunControl(
-            client(settings.token, settings.request_timeout), settings.api_url
+            client(settings.token, settings.request_timeout),
+            settings.api_url,
+            project=project,
+            location=location,
         )
     run = Run(
         spec,
         settings,
-        process_index=process_index_of(process_index),
-        host=host_name(),
+        process_index=index,
+        host=host,
         control=run_control,
         handle_exit=handle_exit,
         replay_all=replay_all,
         system_metrics_interval=_system_interval(log_system_metrics, system_metrics_interval),
+        offline=offline,
     )
+    _make_current(run)
+    if port is not None and offline is None:  # a capture is uploaded at once: online only
+        run._serve_profiler(port)  # the module's own class
+    return run
+
+
+def _make_current(run: Run) -> None:
     global _current  # noqa: PLW0603  # the module-level "current run" of metrics.record
     with _current_lock:
         _current = run
-    if port is not None:
-        run._serve_profiler(port)  # the module's own class
+
+
+def _start_disabled(
+    name: str,
+    run_set: str,
+    configs: Mapping[str, Any] | None,
+    run_id: str | None,
+    workload_id: str | None,
+    process_index: int | None,
+) -> Run:
+    """A :class:`DisabledRun`, made current; it reads the environment only for the id."""
+    resolved_id = resolve_run_id(run_id, workload_id)
+    spec = RunSpec(
+        run_id=resolved_id,
+        display_name=name or resolved_id,
+        run_set=run_set or "default",
+        configs={"userConfigs": dict(configs or {})},
+    )
+    run = DisabledRun(spec, process_index=process_index_of(process_index), host=host_name())
+    _make_current(run)
     return run
 
 
@@ -735,8 +946,15 @@ def machinelearning_run(
     id, ``metric_only_run`` skips creating the run, ``log_system_metrics`` samples the host
     and GPUs every ``metrics_record_interval_sec``; ``on_demand_xprof`` starts the profiler
     server for on-demand captures (port 9999 unless ``profiler_port=`` or
-    ``MLDIAG_PROFILER_PORT`` says otherwise). Other keyword arguments go to :func:`init`.
+    ``MLDIAG_PROFILER_PORT`` says otherwise). ``project=`` and ``location=`` (or
+    ``region=``, Google Cloud's word for it) place the run as in :func:`init`. Other keyword
+    arguments go to :func:`init`.
     """
+    if "region" in kwargs:
+        region = kwargs.pop("region")
+        if kwargs.get("location") not in (None, region):
+            raise TypeError("machinelearning_run() takes location= or region=, not both")
+        kwargs["location"] = region
     if on_demand_xprof:
         kwargs["profiler_port"] = resolve_profiler_port(kwargs.get("profiler_port"), on_demand=True)
     return init(

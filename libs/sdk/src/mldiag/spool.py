@@ -25,6 +25,7 @@ import os
 import struct
 import threading
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
@@ -37,6 +38,9 @@ except ImportError:  # pragma: no cover - Windows
 _MAGIC = b"\x6d\x64"  # "md"
 _HEADER = struct.Struct(">2sII")
 _POSITION = struct.Struct(">Q")
+_NOT_RUNS = frozenset({"dead-letter", "offline"})
+"""Folders of the spool root that are not an online run's: rejected batches, and offline
+runs (:mod:`mldiag.offline`), which only ``mldiag sync`` sends."""
 DEFAULT_SEGMENT_BYTES = 8 * 1024 * 1024
 """A segment is closed and a new one started once it holds this many bytes."""
 
@@ -127,6 +131,15 @@ class Spool:
             tmp.replace(self.directory / _pos_name(record.segment))
             if record.end >= self._sizes[record.segment] and record.segment != self._writer_seq:
                 self._drop(record.segment)
+
+    def records(self) -> Iterator[Record]:
+        """Every record not yet acknowledged, oldest first, acknowledging none (a count)."""
+        with self._lock:
+            for seq in list(self._segments):
+                offset = self._positions[seq]
+                while (record := self._read(seq, offset)) is not None:
+                    yield record
+                    offset = record.end
 
     def pending_bytes(self) -> int:
         """Bytes appended and not yet acknowledged."""
@@ -251,7 +264,7 @@ def orphan_spools(
     if not root.is_dir():
         return found
     for run_dir in sorted(path for path in root.iterdir() if path.is_dir()):
-        if run_dir.name == "dead-letter" or (run_id is not None and run_dir.name != run_id):
+        if run_dir.name in _NOT_RUNS or (run_id is not None and run_dir.name != run_id):
             continue
         for writer_dir in sorted(path for path in run_dir.iterdir() if path.is_dir()):
             if writer_dir == exclude or not any(_segments(writer_dir)):
