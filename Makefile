@@ -18,7 +18,7 @@ ifeq ($(NPM),)
 NPM := infra/npm-from-pypi
 endif
 CONSOLE_BUILT := services/run-registry/src/mldiag_run_registry/console/static/index.html
-CONSOLE_SOURCES := $(shell find console/src -type f) console/index.html console/build.mjs
+CONSOLE_SOURCES := $(shell find console/src -type f) console/index.html console/build.mjs $(wildcard docs/runbooks/*.md)
 
 .PHONY: up down status test test-unit lint format contracts console clean
 

@@ -1,12 +1,22 @@
 // Bundles the console into the run-registry's static directory (served at /console/).
 //   node build.mjs            one production build
 //   node build.mjs --watch    rebuild on every change (see dev.mjs for a server)
-import { copyFile, mkdir, rename, rm } from "node:fs/promises";
+import { copyFile, mkdir, readdir, rename, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import * as esbuild from "esbuild";
 
 const here = dirname(fileURLToPath(import.meta.url));
+// The runbooks the analyzers' reports link to go into the build (served at /console/runbooks/),
+// so an installed registry serves its own version's runbooks without a source checkout.
+const runbooks = join(here, "..", "docs", "runbooks");
+
+async function copyRunbooks(dir) {
+  await mkdir(join(dir, "runbooks"), { recursive: true });
+  for (const name of await readdir(runbooks)) {
+    if (name.endsWith(".md")) await copyFile(join(runbooks, name), join(dir, "runbooks", name));
+  }
+}
 export const outdir = join(
   here, "..", "services", "run-registry", "src", "mldiag_run_registry", "console", "static",
 );
@@ -27,7 +37,9 @@ const options = (dir) => ({
       name: "index-html",
       setup(build) {
         build.onEnd(async (result) => {
-          if (result.errors.length === 0) await copyFile(join(here, "index.html"), join(dir, "index.html"));
+          if (result.errors.length > 0) return;
+          await copyFile(join(here, "index.html"), join(dir, "index.html"));
+          await copyRunbooks(dir);
         });
       },
     },

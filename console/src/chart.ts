@@ -1,13 +1,17 @@
 // One metric chart on uPlot: downsampled buckets as a mean line with a min–max band, NaN
 // buckets marked, drag to zoom (refetched at the finer resolution), double-click to reset,
-// x by step or by time. Data comes from a loader, so the same chart serves a run's metrics,
-// a comparison of runs and the events timeline.
+// x by step or by time, an optional smoothed line over the faint raw one, an optional log y
+// axis, and a CSV of what it drew. Data comes from a loader, so the same chart serves a run's
+// metrics, a comparison of runs and the events timeline.
 
 import uPlot from "uplot";
 
 import { isAbort } from "./api";
+import { csvFileName, toCsv } from "./csv";
 import { formatNumber, formatTick } from "./format";
 import { h, replace } from "./h";
+import { decadeTicks, positiveOnly } from "./scales";
+import { smooth } from "./smoothing";
 import { Throttle } from "./throttle";
 import type { MetricBucket } from "./types";
 
@@ -47,6 +51,17 @@ export interface ChartOptions {
   drawOverlay?: (u: uPlot) => void;
   /** After every draw (DOM overlays positioned from the scales). */
   onDraw?: (u: uPlot) => void;
+  /** EMA weight, 0 (raw) to 0.99: the smoothed line drawn over the faint raw one. */
+  smoothing?: number;
+  /** A log y axis (values ≤ 0 left out, and counted in a note). */
+  logScale?: boolean;
+  /** Offer the drawn series as CSV, named `<csvName>-<metric>.csv` (e.g. the run's id). */
+  csvName?: string;
+}
+
+export interface Look {
+  smoothing: number;
+  logScale: boolean;
 }
 
 export const PALETTE = [
@@ -89,8 +104,12 @@ interface Built {
   bands: uPlot.Band[];
   nanXs: number[];
   nanBuckets: number;
-  /** Per line: its mean series' index in `data`. */
+  /** Per line: its mean series' index in `data` (the raw values, also when smoothed). */
   meanIndex: number[];
+  /** Points left out of a log chart: ≤ 0 or infinite. */
+  droppedForLog: number;
+  /** The lowest and highest value drawn (a log chart's range comes from them). */
+  extent: [number, number] | null;
 }
 
 function finite(value: number | null): number | null {
@@ -102,7 +121,7 @@ function xOf(bucket: MetricBucket, mode: XMode): number | null {
   return bucket.lastTime ? Date.parse(bucket.lastTime) / 1000 : null;
 }
 
-function build(lines: ChartLine[], mode: XMode): Built {
+function build(lines: ChartLine[], mode: XMode, look: Look): Built {
   const xsSet = new Set<number>();
   for (const line of lines) {
     for (const bucket of line.buckets) {
@@ -120,6 +139,13 @@ function build(lines: ChartLine[], mode: XMode): Built {
   const meanIndex: number[] = [];
   const nanSet = new Set<number>();
   let nanBuckets = 0;
+  let droppedForLog = 0;
+  const forScale = (values: (number | null)[], counted: boolean): (number | null)[] => {
+    if (!look.logScale) return values;
+    const kept = positiveOnly(values);
+    if (counted) droppedForLog += kept.dropped;
+    return kept.values;
+  };
   for (const line of lines) {
     const mean: (number | null)[] = new Array<number | null>(xs.length).fill(null);
     const min: (number | null)[] = withBand ? new Array<number | null>(xs.length).fill(null) : [];
@@ -140,15 +166,32 @@ function build(lines: ChartLine[], mode: XMode): Built {
         nanSet.add(x);
       }
     }
+    const raw = mean; // finite or a gap: smoothed, never written (the CSV has the buckets)
     meanIndex.push(data.length + 1);
-    data.push(mean);
-    series.push({ label: line.label, stroke: line.color, width: 1.5, spanGaps: true });
+    if (look.smoothing > 0) {
+      data.push(forScale(raw, true));
+      series.push({ label: `${line.label} raw`, stroke: `${line.color}40`, width: 1, spanGaps: true, points: { show: false } });
+      data.push(forScale(smooth(raw, look.smoothing), false));
+      series.push({ label: line.label, stroke: line.color, width: 1.5, spanGaps: true });
+    } else {
+      data.push(forScale(raw, true));
+      series.push({ label: line.label, stroke: line.color, width: 1.5, spanGaps: true });
+    }
     if (withBand && spread) {
       const maxIndex = data.length + 1;
-      data.push(max, min);
+      data.push(forScale(max, false), forScale(min, false));
       const edge: uPlot.Series = { stroke: "transparent", width: 0, spanGaps: true, points: { show: false } };
       series.push({ ...edge, label: `${line.label} max` }, { ...edge, label: `${line.label} min` });
       bands.push({ series: [maxIndex, maxIndex + 1], fill: `${line.color}22` });
+    }
+  }
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (const values of data) {
+    for (const value of values) {
+      if (value === null) continue;
+      lo = Math.min(lo, value);
+      hi = Math.max(hi, value);
     }
   }
   return {
@@ -158,6 +201,8 @@ function build(lines: ChartLine[], mode: XMode): Built {
     nanXs: Array.from(nanSet),
     nanBuckets,
     meanIndex,
+    droppedForLog,
+    extent: lo <= hi ? [lo, hi] : null,
   };
 }
 
@@ -167,6 +212,7 @@ export class MetricChart {
   private readonly readout: HTMLSpanElement;
   private readonly badge: HTMLSpanElement;
   private readonly zoomNote: HTMLSpanElement;
+  private readonly logNote: HTMLSpanElement;
   private readonly legend: HTMLDivElement;
   private readonly message: HTMLDivElement;
   private u: uPlot | null = null;
@@ -175,6 +221,7 @@ export class MetricChart {
   private lines: ChartLine[] = [];
   private zoom: StepRange | null = null;
   private xMode: XMode;
+  private look: Look;
   private loader: Loader;
   private started = false;
   private controller: AbortController | null = null;
@@ -188,12 +235,19 @@ export class MetricChart {
 
   constructor(private readonly options: ChartOptions) {
     this.xMode = options.xMode ?? "step";
+    this.look = { smoothing: options.smoothing ?? 0, logScale: options.logScale ?? false };
     this.loader = options.loader;
     this.height = options.height ?? 170;
     this.readout = h("span", { class: "chart-readout" });
     this.badge = h("span", { class: "nan-badge", testid: "nan-badge" });
     this.badge.hidden = true;
     this.zoomNote = h("span", { class: "zoom-note" });
+    this.logNote = h("span", { class: "log-note", testid: "log-note" });
+    this.logNote.hidden = true;
+    const csv =
+      options.csvName === undefined
+        ? null
+        : h("button", { class: "link chart-csv", testid: "chart-csv", title: "Download the drawn points (raw, not smoothed) as CSV", onclick: () => this.downloadCsv() }, "CSV");
     this.body = h("div", { class: "chart-body", style: `height:${this.height}px` });
     this.message = h("div", { class: "chart-message" }, "loading…");
     this.legend = h("div", { class: "chart-legend" });
@@ -205,8 +259,10 @@ export class MetricChart {
         { class: "chart-head" },
         h("span", { class: "chart-title", title: options.metric }, options.title ?? options.metric),
         this.badge,
+        this.logNote,
         this.zoomNote,
         this.readout,
+        csv,
       ),
       this.body,
       this.legend,
@@ -233,6 +289,28 @@ export class MetricChart {
     const hasTimes = this.lines.some((line) => line.buckets.some((b) => b.lastTime));
     if (mode === "time" && !hasTimes) void this.load();
     else this.draw();
+  }
+
+  /** Smoothing and the y scale, redrawn from the data in hand (no refetch). */
+  setLook(look: Look): void {
+    if (look.smoothing === this.look.smoothing && look.logScale === this.look.logScale) return;
+    this.look = { ...look };
+    if (this.started && this.built) this.draw();
+  }
+
+  /** The drawn lines as CSV (see csv.ts), built from the buckets in hand. */
+  csv(): string {
+    return toCsv(this.lines);
+  }
+
+  private downloadCsv(): void {
+    const url = URL.createObjectURL(new Blob([this.csv()], { type: "text/csv;charset=utf-8" }));
+    const link = h("a", { href: url });
+    link.download = csvFileName(this.options.csvName ?? "metric", this.options.metric);
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10_000);
   }
 
   setLoader(loader: Loader): void {
@@ -280,7 +358,7 @@ export class MetricChart {
       const lines = await this.loader({
         buckets: Math.min(2000, Math.max(50, Math.round(this.width()))),
         range: this.zoom,
-        withTimes: this.xMode === "time",
+        withTimes: this.xMode === "time" || this.options.csvName !== undefined, // the CSV's time column
         signal: controller.signal,
       });
       if (controller.signal.aborted) return;
@@ -302,10 +380,10 @@ export class MetricChart {
   }
 
   private draw(): void {
-    const built = build(this.lines, this.xMode);
+    const built = build(this.lines, this.xMode, this.look);
     this.built = built;
     const points = built.data[0].length;
-    const shape = `${this.xMode}|${built.series.map((s) => s.label).join("|")}`;
+    const shape = `${this.xMode}|${this.look.logScale ? "log" : "linear"}|${built.series.map((s) => s.label).join("|")}`;
     if (this.u && shape === this.shape) {
       this.u.setData(built.data);
     } else {
@@ -319,6 +397,12 @@ export class MetricChart {
     this.badge.textContent = `NaN ×${built.nanBuckets}`;
     this.badge.title = `${built.nanBuckets} bucket(s) hold NaN values (red ticks)`;
     this.el.dataset["nanBuckets"] = String(built.nanBuckets);
+    this.el.dataset["smoothing"] = String(this.look.smoothing);
+    this.el.dataset["yScale"] = this.look.logScale ? "log" : "linear";
+    this.el.dataset["logDropped"] = String(built.droppedForLog);
+    this.logNote.hidden = built.droppedForLog === 0;
+    this.logNote.textContent = `${built.droppedForLog} ≤ 0 not drawn`;
+    this.logNote.title = `${built.droppedForLog} point(s) are zero, negative or infinite: a log axis cannot place them`;
     this.zoomNote.replaceChildren();
     if (this.zoom) {
       this.zoomNote.append(
@@ -339,6 +423,11 @@ export class MetricChart {
 
   private uplotOptions(built: Built): uPlot.Options {
     const time = this.xMode === "time";
+    const log = this.look.logScale;
+    const decades = (): ReturnType<typeof decadeTicks> => {
+      const extent = this.built?.extent;
+      return extent ? decadeTicks(extent[0], extent[1]) : decadeTicks(NaN, NaN);
+    };
     return {
       width: this.width(),
       height: this.height,
@@ -361,6 +450,7 @@ export class MetricChart {
             return [min, max];
           },
         },
+        ...(log ? { y: { distr: 3, log: 10, range: (): uPlot.Range.MinMax => decades().range } } : {}),
       },
       axes: [
         {
@@ -377,6 +467,7 @@ export class MetricChart {
           grid: { stroke: "#eef0f3", width: 1 },
           ticks: { stroke: "#e5e7eb", width: 1 },
           values: (_u: uPlot, splits: number[]) => splits.map(formatTick),
+          ...(log ? { splits: () => decades().ticks } : {}),
           size: 46,
           font: "11px system-ui, sans-serif",
         },

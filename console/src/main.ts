@@ -11,6 +11,7 @@ import { jobPage } from "./pages/job";
 import { jobsPage } from "./pages/jobs";
 import { modelPage } from "./pages/model";
 import { modelsPage } from "./pages/models";
+import { runbookPage } from "./pages/runbook";
 import { runPage } from "./pages/run";
 import { runsPage } from "./pages/runs";
 import { sharedPage } from "./pages/shared";
@@ -95,6 +96,12 @@ function route(): void {
       sharedPage(next.token, next.tab, next.query, scope, (caller) => renderTopbar(caller, true)),
       "Shared",
     );
+    return;
+  }
+  if (next.page === "runbook") {
+    // Documentation: no sign-in needed, so a link from a report or a notification just opens.
+    renderTopbar(session?.caller ?? null, false);
+    show({ el: runbookPage(next.name, scope, (title) => (document.title = `${title} · mldiag`)) }, "Runbook");
     return;
   }
   if (!session) {

@@ -3,6 +3,7 @@
 // #/tuning[?project=&location=], #/tuning/<id>[?project=&location=&metric=],
 // #/models[?project=&location=], #/models/<id>[?project=&location=&version=], #/alerts.
 // #/runs/<id>/events/<event id> is the events tab with that event picked (notifications link so).
+// #/runbooks/<name> is a runbook (docs/runbooks/<name>.md), the analyzers' reports link there.
 
 export const TABS = ["overview", "metrics", "configs", "events", "profiles"] as const;
 export type Tab = (typeof TABS)[number];
@@ -20,6 +21,7 @@ export type Route =
   | { page: "models"; query: URLSearchParams }
   | { page: "model"; modelId: string; query: URLSearchParams }
   | { page: "alerts" }
+  | { page: "runbook"; name: string }
   | { page: "notfound"; path: string };
 
 export function parseHash(hash: string): Route {
@@ -52,6 +54,7 @@ export function parseHash(hash: string): Route {
   if (first === "models" && second === undefined) return { page: "models", query };
   if (first === "models" && second !== undefined && parts.length === 2) return { page: "model", modelId: second, query };
   if (first === "alerts" && second === undefined) return { page: "alerts" };
+  if (first === "runbooks" && parts.length <= 2) return { page: "runbook", name: second ?? "README" };
   if (first === "share" && second !== undefined && parts.length <= 3) {
     const t = tab(third);
     if (t) return { page: "share", token: second, tab: t, query };

@@ -191,3 +191,30 @@ export function rampColor(t: number): string {
 function rgb(hex: string): number[] {
   return [1, 3, 5].map((start) => parseInt(hex.slice(start, start + 2), 16));
 }
+
+/**
+ * A log chart's y range and ticks: from the power of ten at or below `min` to the one at or
+ * above `max` (both > 0), a tick at each power of ten (every other one, or sparser, past seven).
+ */
+export function decadeTicks(min: number, max: number): { range: [number, number]; ticks: number[] } {
+  if (!(min > 0) || !(max > 0) || !Number.isFinite(min) || !Number.isFinite(max)) return { range: [0.1, 10], ticks: [0.1, 1, 10] };
+  const low = Math.floor(Math.log10(Math.min(min, max)) + 1e-9);
+  let high = Math.ceil(Math.log10(Math.max(min, max)) - 1e-9);
+  if (high === low) high = low + 1;
+  const stride = Math.ceil((high - low + 1) / 7);
+  const ticks: number[] = [];
+  for (let k = low; k <= high; k += stride) ticks.push(Number(`1e${k}`));
+  return { range: [Number(`1e${low}`), Number(`1e${high}`)], ticks };
+}
+
+/** The values a log axis can place (> 0, finite; the rest become gaps) and how many were dropped. */
+export function positiveOnly(values: readonly (number | null)[]): { values: (number | null)[]; dropped: number } {
+  let dropped = 0;
+  const kept = values.map((value) => {
+    if (value === null || Number.isNaN(value)) return null; // a gap or a NaN: not a log question
+    if (value > 0 && Number.isFinite(value)) return value;
+    dropped++;
+    return null;
+  });
+  return { values: kept, dropped };
+}

@@ -7,6 +7,7 @@ import { pathPart } from "../api";
 import { type ChartLine, type LoadRequest, MetricChart } from "../chart";
 import { formatDuration, formatJson, formatNumber, formatTime, secondsBetween } from "../format";
 import { h, replace } from "../h";
+import { runbookLink } from "../markdown";
 import { replaceHash } from "../router";
 import type { Scope } from "../scope";
 import type { Session } from "../session";
@@ -382,6 +383,19 @@ export function eventDetail(session: Session, event: WorkloadEvent, analysis: An
   );
 }
 
+/**
+ * A recommended action's runbook: a URL opens as it is (the analyzer's
+ * MLDIAG_ANALYZER_RUNBOOK_BASE_URL made it one); a path naming a runbook file
+ * (`docs/runbooks/hang.md`, the default) opens the console's page of it; anything else is shown.
+ */
+function runbookAnchor(reference: string): HTMLElement | null {
+  if (!reference) return null;
+  if (isUrl(reference)) return h("a", { class: "runbook", testid: "runbook-link", href: reference, target: "_blank", rel: "noopener noreferrer" }, " runbook ↗");
+  const route = runbookLink(reference.split("/").pop() ?? "");
+  if (route) return h("a", { class: "runbook", testid: "runbook-link", href: route, target: "_blank" }, " runbook ↗");
+  return h("span", { class: "runbook muted" }, " runbook: ", h("code", {}, reference));
+}
+
 function reportCard(report: AnalyzerReport): HTMLElement {
   const found = report.detectionState === "DETECTED";
   return h(
@@ -408,11 +422,7 @@ function reportCard(report: AnalyzerReport): HTMLElement {
               "li",
               { testid: "recommended-action" },
               action.description,
-              action.documentationUrl
-                ? isUrl(action.documentationUrl)
-                  ? h("a", { class: "runbook", href: action.documentationUrl, target: "_blank", rel: "noopener noreferrer" }, " runbook ↗")
-                  : h("span", { class: "runbook muted" }, " runbook: ", h("code", {}, action.documentationUrl))
-                : null,
+              runbookAnchor(action.documentationUrl),
             ),
           ),
         )
