@@ -39,6 +39,7 @@ from mldiag.cli.runs import add_runs_commands
 from mldiag.cli.stack import add_stack_commands, config_from_args, supervisor_command
 from mldiag.cli.substrate import add_substrate_command
 from mldiag.cli.supervise import add_run_command
+from mldiag.cli.sync import add_sync_command
 from mldiag.cli.tuning import add_tuning_commands
 from mldiag.local.errors import LocalStackError
 
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_command(commands)
     add_agent_command(commands)
     add_substrate_command(commands)
+    add_sync_command(commands)
     return parser
 
 
