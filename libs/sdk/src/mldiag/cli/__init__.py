@@ -26,7 +26,9 @@ from mldiag.cli.auth import add_auth_commands
 from mldiag.cli.common import Context, UsageError, add_global_options, client_from_args
 from mldiag.cli.configs import add_configs_commands
 from mldiag.cli.events import add_events_commands
+from mldiag.cli.imports import add_import_commands
 from mldiag.cli.jobs import add_jobs_commands
+from mldiag.cli.login import add_login_commands
 from mldiag.cli.logs import add_logs_command
 from mldiag.cli.metrics import add_metrics_commands
 from mldiag.cli.models import add_models_commands
@@ -42,6 +44,7 @@ from mldiag.cli.supervise import add_run_command
 from mldiag.cli.sync import add_sync_command
 from mldiag.cli.tuning import add_tuning_commands
 from mldiag.local.errors import LocalStackError
+from mldiag.login import LoginFileError
 
 __all__ = ["build_parser", "config_from_args", "main", "supervisor_command"]
 
@@ -58,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_global_options(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_stack_commands(commands)
+    add_login_commands(commands)
     add_runs_commands(commands)
     add_metrics_commands(commands)
     add_operations_commands(commands)
@@ -67,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_profiles_commands(commands)
     add_auth_commands(commands)
     add_logs_command(commands)
+    add_import_commands(commands)
     add_jobs_commands(commands)
     add_tuning_commands(commands)
     add_pipelines_commands(commands)
@@ -123,6 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.handler(args)
     except LocalStackError as error:
         print(f"mldiag {args.command}: {error}", file=sys.stderr)
+        return 1
+    except LoginFileError as error:  # a broken stored login, met while resolving the URL
+        print(f"mldiag {args.command}: error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
