@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import platformdirs
 import pytest
 
 from mldiag.cli import build_parser, config_from_args, main, supervisor_command
@@ -48,7 +49,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_defaults() -> None:
     config = resolve_config(environ={})
-    assert config.home == Path(".mldiag").absolute()
+    # per user, not per folder: `mldiag status` finds the stack from anywhere
+    assert config.home == Path(platformdirs.user_data_dir("mldiag"))
     assert (config.nats_port, config.nats_monitor_port, config.postgres_port) == (
         14222,
         18222,

@@ -10,18 +10,38 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mldiag.api_client import DEFAULT_API_URL, RegistryClient
-from mldiag.cli.output import FORMATS, Format, dump
-from mldiag.credentials import resolve_token
+from mldiag.cli.output import (
+    FORMAT_HELP,
+    Format,
+    dump,
+    field_value,
+    parse_format,
+    projection,
+    render_records,
+)
+from mldiag.credentials import resolve_connection
 
 
 class UsageError(Exception):
     """The arguments make no sense together (exit status 2)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """A ``list`` verb's output flags: ``--limit``, ``--sort-by`` and ``--uri``."""
+
+    limit: int | None = None
+    """Show at most this many items."""
+    sort_by: str = ""
+    """gcloud's sort keys: dotted fields separated by commas, ``~`` before one for
+    descending."""
+    uri: bool = False
+    """Print each item's full resource name instead of the item."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,15 +50,94 @@ class Context:
 
     client: RegistryClient
     output_format: Format
+    listing: Listing | None = None
+    """Set for ``list`` verbs: how :meth:`emit` orders, cuts and names the items."""
 
     def emit(self, body: Any, table: Callable[[], str]) -> None:
-        """Print ``body`` in a machine format, or ``table()`` for a person."""
+        """Print ``body`` in a machine format, or ``table()`` for a person.
+
+        For a ``list`` verb the page's items (its one list) are first sorted and cut to
+        ``--sort-by`` and ``--limit`` in place, so that ``table()``, which reads the same
+        list, shows them so too; with ``--uri`` only their names are printed.
+        """
+        items = list_items(body) if self.listing is not None else None
+        if items is not None and self.listing is not None:
+            items[:] = sort_items(items, self.listing.sort_by)[: self.listing.limit]
+            if self.listing.uri:
+                for item in items:
+                    print(resource_uri(item))
+                return
         if self.output_format == "table":
             text = table()
             if text:
                 print(text)
+        elif projection(self.output_format) is not None:
+            text = render_records(items if items is not None else [body], self.output_format)
+            if text:
+                print(text)
         else:
             print(dump(body, self.output_format))
+
+    @property
+    def quiet(self) -> bool:
+        """Whether the output is for a program (not ``table``): say nothing else on stdout."""
+        return self.output_format != "table"
+
+
+def list_items(body: Any) -> list[Any] | None:
+    """The items of a list answer: the body's one list (``{"runs": [...],
+    "nextPageToken": ...}``), or the body when it is a list; ``None`` otherwise."""
+    if isinstance(body, list):
+        return body
+    if not isinstance(body, dict):
+        return None
+    lists = [value for value in body.values() if isinstance(value, list)]
+    return lists[0] if len(lists) == 1 else None
+
+
+def sort_items(items: list[Any], sort_by: str) -> list[Any]:
+    """``items`` ordered by gcloud's ``--sort-by`` keys (``~createTime,displayName``):
+    missing values first (last when descending), and a key's values of different kinds
+    kept apart rather than compared."""
+    ordered = list(items)
+    for key in reversed([k.strip() for k in sort_by.split(",") if k.strip()]):
+        descending = key.startswith("~")
+        path = key.removeprefix("~")
+        ordered.sort(
+            key=lambda item, path=path: _sort_key(field_value(item, path)), reverse=descending
+        )
+    return ordered
+
+
+def _sort_key(value: Any) -> tuple[int, str, Any]:
+    if value is None:
+        return (0, "", 0)
+    if isinstance(value, bool | int | float):
+        return (1, "number", float(value))
+    if isinstance(value, str):
+        return (1, "string", value)
+    return (1, "other", json.dumps(value, sort_keys=True))
+
+
+def resource_uri(item: Any) -> str:
+    """What ``--uri`` prints for a listed item: its full resource ``name`` (else its
+    ``uri``, else the item as JSON)."""
+    if isinstance(item, dict):
+        for key in ("name", "uri"):
+            if isinstance(item.get(key), str) and item[key]:
+                return str(item[key])
+    return json.dumps(item, sort_keys=True)
+
+
+def listing_from_args(args: argparse.Namespace) -> Listing | None:
+    """The :class:`Listing` of a ``list`` verb's arguments; ``None`` for other verbs."""
+    if not getattr(args, "is_listing", False):
+        return None
+    return Listing(
+        limit=getattr(args, "limit", None),
+        sort_by=getattr(args, "sort_by", "") or "",
+        uri=getattr(args, "uri", False),
+    )
 
 
 Handler = Callable[[Context, argparse.Namespace], int]
@@ -63,13 +162,13 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> No
         "--api-url",
         default=default(None),
         metavar="URL",
-        help=f"the run-registry API [$MLDIAG_API_URL or {DEFAULT_API_URL}]",
+        help=f"the platform's API [$MLDIAG_API_URL, else the login's, else {DEFAULT_API_URL}]",
     )
     group.add_argument(
         "--token",
         default=default(None),
-        help="API token sent with every request [$MLDIAG_TOKEN, else the admin token"
-        " `mldiag up` keeps in $MLDIAG_HOME]",
+        help="API token sent with every request [$MLDIAG_TOKEN, else `mldiag login`'s for"
+        " its URL, else the admin token `mldiag up` keeps in $MLDIAG_HOME]",
     )
     group.add_argument(
         "--project",
@@ -84,17 +183,67 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> No
     group.add_argument(
         "--format",
         dest="output_format",
-        choices=FORMATS,
+        type=parse_format,
+        metavar="FORMAT",
         default=default("table"),
-        help="table for people; json or yaml print the API's bodies [table]",
+        help=FORMAT_HELP,
     )
 
 
 def client_from_args(args: argparse.Namespace) -> RegistryClient:
-    """The API client the global options (and ``MLDIAG_API_URL``/``MLDIAG_TOKEN``) describe."""
-    url = args.api_url or os.environ.get("MLDIAG_API_URL") or DEFAULT_API_URL
-    token = resolve_token(args.token) or None
+    """The API client the global options describe, else ``MLDIAG_API_URL``/``MLDIAG_TOKEN``,
+    else the stored login, else the local stack (:func:`mldiag.credentials.resolve_connection`)."""
+    connection = resolve_connection(args.api_url, args.token)
+    url, token = connection.api_url, connection.token or None
     return RegistryClient(url, token=token, project=args.project, location=args.location)
+
+
+LIST_VERBS = frozenset({"list", "versions", "list-version"})
+"""The verbs that list resources and so take ``--limit``, ``--sort-by`` and ``--uri``."""
+
+
+def add_listing_flags(parser: argparse.ArgumentParser) -> None:
+    """Give every ``list`` verb under ``parser`` gcloud's ``--limit``, ``--sort-by`` and
+    ``--uri`` (each one it does not define itself), and mark it a listing.
+
+    Called once the whole parser is built, so that a group's own ``--limit`` (which stops
+    paging at the API) or ``--sort-by`` (sent as the API's ``orderBy``) keeps its meaning;
+    :meth:`Context.emit` then applies both to what is shown.
+    """
+    for name, verb in _verb_parsers(parser):
+        if name not in LIST_VERBS or verb.get_default("api_handler") is None:
+            continue
+        known = verb._option_string_actions  # argparse has no public view
+        if "--limit" not in known:
+            verb.add_argument("--limit", type=positive, help="show at most this many [all]")
+        if "--sort-by" not in known:
+            verb.add_argument(
+                "--sort-by",
+                default="",
+                metavar="FIELD,...",
+                help="sort by these (dotted) fields, ~ before one for descending,"
+                " e.g. '~createTime'",
+            )
+        verb.add_argument(
+            "--uri", action="store_true", help="print each item's full resource name only"
+        )
+        verb.set_defaults(is_listing=True)
+
+
+def _verb_parsers(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.ArgumentParser]]:
+    """Every (name, parser) below ``parser``, each once (an alias is not a second one)."""
+    found: list[tuple[str, argparse.ArgumentParser]] = []
+    seen: set[int] = set()
+    for action in parser._actions:  # argparse has no public view
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for name, child in action.choices.items():
+            if id(child) in seen:
+                continue
+            seen.add(id(child))
+            found.append((name, child))
+            found += _verb_parsers(child)
+    return found
 
 
 def api_command_group(commands: Any, name: str, help_text: str, aliases: Sequence[str] = ()) -> Any:
@@ -162,3 +311,85 @@ def nest(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
             target = child
         target[leaf] = value
     return nested
+
+
+# resource names
+
+
+class ResourceRef(str):
+    """A resource argument as the id the API paths take (a model's keeps its ``@version``
+    or ``@alias``), remembering the project and location of the full name it was given
+    (``None`` for a bare id) and, for a nested resource, its parent's id."""
+
+    project: str | None
+    location: str | None
+    parent: str | None
+    full_name: str | None
+
+    def __new__(
+        cls,
+        resource_id: str,
+        project: str | None = None,
+        location: str | None = None,
+        parent: str | None = None,
+        full_name: str | None = None,
+    ) -> ResourceRef:
+        """The id ``resource_id``, of ``project``/``location`` when ``full_name`` gave them."""
+        ref = super().__new__(cls, resource_id)
+        ref.project, ref.location, ref.parent = project, location, parent
+        ref.full_name = full_name
+        return ref
+
+
+def resource_argument(collection: str, parent: str | None = None) -> Callable[[str], ResourceRef]:
+    """An argparse type: an id, or the full name ``projects/P/locations/L/<collection>/ID``
+    (``.../<parent>/PID/<collection>/ID`` for a nested resource), as a :class:`ResourceRef`.
+
+    A full name of another collection is a usage error (exit status 2)."""
+    shape = (
+        f"projects/P/locations/L/{parent}/ID/{collection}/ID"
+        if parent
+        else (f"projects/P/locations/L/{collection}/ID")
+    )
+
+    def parse(text: str) -> ResourceRef:
+        parts = text.strip().strip("/").split("/")
+        if len(parts) == 1 and parts[0]:
+            return ResourceRef(parts[0])
+        expected = ["projects", "locations", *([parent] if parent else []), collection]
+        if len(parts) == 2 * len(expected) and parts[0::2] == expected and all(parts[1::2]):
+            return ResourceRef(
+                parts[-1],
+                project=parts[1],
+                location=parts[3],
+                parent=parts[5] if parent else None,
+                full_name="/".join(parts),
+            )
+        raise argparse.ArgumentTypeError(f"expected an id or a full name {shape}, got {text!r}")
+
+    parse.__name__ = collection  # argparse names the type in its errors
+    return parse
+
+
+def apply_resource_scope(args: argparse.Namespace) -> None:
+    """Set ``args.project`` and ``args.location`` from the full names among the resource
+    arguments (:class:`ResourceRef`): a full name's project and location win over the
+    options' defaults; one that differs from ``--project``/``--location``, or from another
+    full name, is a :class:`UsageError` naming both."""
+    refs = [
+        value
+        for values in vars(args).values()
+        for value in (values if isinstance(values, list) else [values])
+        if isinstance(value, ResourceRef) and value.project is not None
+    ]
+    for option in ("project", "location"):
+        chosen: str | None = getattr(args, option, None)
+        source = f"--{option} {chosen}"
+        for ref in refs:
+            wanted = getattr(ref, option)
+            if chosen is not None and wanted != chosen:
+                raise UsageError(
+                    f"{source} conflicts with the {option} of {ref.full_name}: give one of them"
+                )
+            chosen, source = wanted, str(ref.full_name)
+        setattr(args, option, chosen)

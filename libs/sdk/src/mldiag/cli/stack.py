@@ -4,14 +4,14 @@ a person, so they print plain text, not log events.
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from mldiag.credentials import LOCAL_TOKEN_FILE, default_home
 from mldiag.local.errors import LocalStackError
 from mldiag.local.restarts import describe_exit
 from mldiag.local.stack import (
     DEFAULT_HEALTH_TIMEOUT,
-    DEFAULT_HOME,
     SERVICES,
     Component,
     ComponentHealth,
@@ -65,7 +65,8 @@ def add_stack_commands(commands: "argparse._SubParsersAction[argparse.ArgumentPa
     home = argparse.ArgumentParser(add_help=False)
     home.add_argument(
         "--home",
-        help=f"where the stack keeps data, logs and state [$MLDIAG_HOME or ./{DEFAULT_HOME}]",
+        help="where the stack keeps data, logs, state and the admin token "
+        f"[$MLDIAG_HOME or {default_home({})}]",
     )
     home.add_argument("-v", "--verbose", action="store_true", help="log what happens in detail")
 
@@ -81,6 +82,12 @@ def add_stack_commands(commands: "argparse._SubParsersAction[argparse.ArgumentPa
     )
     up.add_argument(
         "-d", "--detach", action="store_true", help="run in the background; return once healthy"
+    )
+    up.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no line per start-up stage (they are only printed on a terminal anyway)",
     )
     for flag, _key, what in PORT_FLAGS:
         up.add_argument(flag, type=int, metavar="PORT", help=f"port of {what}")
@@ -160,13 +167,22 @@ def supervisor_command(config: StackConfig, verbose: bool = False) -> list[str]:
     return command
 
 
+def _progress_printer(args: argparse.Namespace) -> Callable[[str], None] | None:
+    """Where start-up stages go: the terminal, unless ``--quiet`` or stdout is not one (a
+    script or a log gets the ready table alone)."""
+    if getattr(args, "quiet", False) or not sys.stdout.isatty():
+        return None
+    return lambda line: print(line, flush=True)
+
+
 def _up(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    progress = _progress_printer(args)
     if args.detach:
         preflight(config)  # fail fast here rather than in the background
         print(f"starting the mldiag stack in the background (home {config.home}) ...", flush=True)
         # Verbose: up.log is read only when something went wrong, so make it say everything.
-        state = start_detached(config, supervisor_command(config, verbose=True))
+        state = start_detached(config, supervisor_command(config, verbose=True), progress=progress)
         print(_ready_table(state, config))
         print(f"\nStop it with: mldiag down --home {config.home}")
         return 0
@@ -175,7 +191,11 @@ def _up(args: argparse.Namespace) -> int:
         print(_ready_table(state, config))
         print("\nPress Ctrl-C to stop.", flush=True)
 
-    code = Supervisor(config, notify=lambda line: print(line, flush=True)).run(on_ready)
+    code = Supervisor(
+        config,
+        notify=lambda line: print(line, flush=True),
+        progress=progress or (lambda _line: None),
+    ).run(on_ready)
     print("stopped." if code == 0 else "stopped after a failure.", flush=True)
     return code
 
@@ -187,6 +207,8 @@ def _ready_table(state: StackState, config: StackConfig) -> str:
         for c in state.components
     ]
     rows.append(("logs", str(config.logs_dir), "", ""))
+    # Where the token is, never the token: `mldiag login --local` or the console reads it.
+    rows.append(("admin token", str(config.home / LOCAL_TOKEN_FILE), "", ""))
     # The console is on the API address: the edge's, or the registry's own without an edge.
     urls = {c.name: c.url for c in state.components}
     api = urls.get("edge") or urls.get("run-registry")

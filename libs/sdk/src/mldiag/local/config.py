@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mldiag.credentials import default_home
 from mldiag.local.errors import LocalStackError
 from mldiag.local.process import (
     LOCALHOST,
@@ -17,8 +18,6 @@ from mldiag.local.secrets import kept_secrets
 
 STATE_FILE = "state.json"
 """Name of the state file in the home directory; present only while a supervisor runs."""
-DEFAULT_HOME = ".mldiag"
-"""Home directory when neither ``--home`` nor ``MLDIAG_HOME`` is given (relative to the cwd)."""
 DEFAULT_NATS_PORT = 14222
 DEFAULT_NATS_MONITOR_PORT = 18222
 DEFAULT_POSTGRES_PORT = 15432
@@ -261,7 +260,7 @@ def resolve_config(
     }
     chosen = tuple(dict.fromkeys(service_spec(name).name for name in services or ()))
     config = StackConfig(
-        home=Path(home or env.get("MLDIAG_HOME") or DEFAULT_HOME).absolute(),
+        home=(Path(home) if home else default_home(env)).absolute(),
         nats_port=pick("nats", "MLDIAG_EMBEDDED_NATS_PORT", DEFAULT_NATS_PORT),
         nats_monitor_port=pick(
             "nats-monitor", "MLDIAG_EMBEDDED_NATS_MONITOR_PORT", DEFAULT_NATS_MONITOR_PORT

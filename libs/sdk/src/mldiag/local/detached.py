@@ -5,7 +5,7 @@ the stack it starts is healthy.
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from mldiag.local.config import StackConfig
@@ -17,13 +17,17 @@ from mldiag.local.supervisor import preflight
 
 
 def start_detached(
-    config: StackConfig, command: Sequence[str], timeout: float | None = None
+    config: StackConfig,
+    command: Sequence[str],
+    timeout: float | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> StackState:
     """Run ``command`` (a supervisor, e.g. ``python -m mldiag.cli up ...``) in the background.
 
     It gets a session of its own and writes to ``<home>/logs/up.log``. Returns the state
     once the stack is healthy; raises :class:`~mldiag.local.errors.StartupFailed` with the
     log's tail if the supervisor exits first or the stack is not healthy in time.
+    ``progress`` gets each start-up stage the supervisor records, as it appears.
     """
     preflight(config)
     config.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -40,7 +44,7 @@ def start_detached(
     # Starting NATS and PostgreSQL (initdb on the first run) comes on top of the services.
     deadline = time.monotonic() + (timeout or config.health_timeout + 60.0)
     try:
-        return _wait_detached_healthy(config, process, deadline, up_log, since)
+        return _wait_detached_healthy(config, process, deadline, up_log, since, progress)
     except BaseException:
         # Failed, timed out or interrupted: leave nothing half-started behind.
         if process.poll() is None:
@@ -58,11 +62,18 @@ def _wait_detached_healthy(
     deadline: float,
     up_log: Path,
     since: int,
+    progress: Callable[[str], None] | None,
 ) -> StackState:
+    shown = 0
     while True:
         state = read_state(config.home)
-        if state and state.supervisor_pid == process.pid and state.status == "healthy":
-            return state
+        if state and state.supervisor_pid == process.pid:
+            if progress is not None:
+                for line in state.progress[shown:]:
+                    progress(line)
+                shown = max(shown, len(state.progress))
+            if state.status == "healthy":
+                return state
         if process.poll() is not None:
             raise StartupFailed(
                 f"the stack did not start (its supervisor exited with status "

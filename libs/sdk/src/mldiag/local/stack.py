@@ -13,7 +13,6 @@ restart policy), ``detached`` (``up --detach``) and ``control`` (``status``, ``d
 
 from mldiag.local.config import (
     DEFAULT_HEALTH_TIMEOUT,
-    DEFAULT_HOME,
     DEFAULT_NATS_MONITOR_PORT,
     DEFAULT_NATS_PORT,
     DEFAULT_POSTGRES_PORT,
@@ -41,7 +40,6 @@ from mldiag.local.supervisor import Supervisor, preflight
 
 __all__ = [
     "DEFAULT_HEALTH_TIMEOUT",
-    "DEFAULT_HOME",
     "DEFAULT_NATS_MONITOR_PORT",
     "DEFAULT_NATS_PORT",
     "DEFAULT_POSTGRES_PORT",

@@ -68,6 +68,8 @@ class StackState:
     components: list[Component] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     """Services not started because they are not installed."""
+    progress: list[str] = field(default_factory=list)
+    """The start-up's stages so far, one line each, as the supervisor reported them."""
     version: int = STATE_VERSION
 
     def to_json(self) -> str:

@@ -181,11 +181,20 @@ def _ignore(_message: str) -> None:
     return None
 
 
+def format_progress(seconds: float, message: str) -> str:
+    """A start-up stage as ``mldiag up`` prints it: the seconds since the start, then what."""
+    return f"{seconds:5.1f}s  {message}"
+
+
 class Supervisor:
     """Runs the stack in the foreground until SIGINT or SIGTERM, then stops it in order.
 
-    ``notify`` receives one-line progress messages meant for a person. ``policy`` says
-    when a component that exits on its own is restarted and when it is given up on.
+    ``notify`` receives one-line messages meant for a person (skips, restarts, the stop).
+    ``progress`` receives the start-up's stages as they happen (NATS ready, PostgreSQL
+    initialising on its first start, then ready, each service healthy), each with the
+    seconds since the start; they are also kept in the state file's ``progress`` for
+    ``mldiag up --detach`` to show. ``policy`` says when a component that exits on its own
+    is restarted and when it is given up on.
     """
 
     def __init__(
@@ -193,9 +202,12 @@ class Supervisor:
         config: StackConfig,
         notify: Callable[[str], None] = _ignore,
         policy: RestartPolicy | None = None,
+        progress: Callable[[str], None] = _ignore,
     ) -> None:
         self.config = config
         self.notify = notify
+        self._progress_callback = progress
+        self._started = time.monotonic()
         self.policy = policy or RestartPolicy()
         self.state: StackState | None = None
         self._nats: EmbeddedNats | None = None
@@ -246,7 +258,7 @@ class Supervisor:
         ):
             directory.mkdir(parents=True, exist_ok=True)
         self.notify(f"starting the mldiag stack (home {config.home}) ...")
-        started = time.monotonic()
+        started = self._started = time.monotonic()
         pid = os.getpid()
         self.state = StackState(
             home=str(config.home),
@@ -278,6 +290,13 @@ class Supervisor:
         if self.state is not None:
             write_state(self.config.home, self.state)
 
+    def _progress(self, message: str) -> None:
+        """One start-up stage: to the caller, and into the state file for a detached ``up``."""
+        line = format_progress(time.monotonic() - self._started, message)
+        self._current().progress.append(line)
+        self._save()
+        self._progress_callback(line)
+
     def _current(self) -> StackState:
         if self.state is None:
             raise RuntimeError("the supervisor has not started")
@@ -307,6 +326,7 @@ class Supervisor:
             authorization=substrate.nats_authorization,
         )
         nats.start()
+        self._progress(f"NATS ready on {nats.url}")
         self._record(
             Component(
                 name="nats",
@@ -329,7 +349,10 @@ class Supervisor:
             password=substrate.postgres_password,
             setup_sql=substrate.postgres_setup_sql,
         )
+        if not (postgres.data_dir / "PG_VERSION").exists():
+            self._progress(f"PostgreSQL: first start, initialising {postgres.data_dir} ...")
         postgres.start()
+        self._progress(f"PostgreSQL ready on port {postgres.port}")
         self._record(
             Component(
                 name="postgres",
@@ -424,6 +447,7 @@ class Supervisor:
                     if response.status_code == 200:
                         del pending[name]
                         log.info("local.service.healthy service=%s", name)
+                        self._progress(f"{service.spec.label} healthy on {service.component.url}")
                     else:
                         last_answer[name] = f"{response.status_code} {response.text[:200]}"
                 if pending and time.monotonic() > deadline:
