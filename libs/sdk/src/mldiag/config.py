@@ -22,9 +22,13 @@ __all__ = [
     "CONTENTION_INTERVAL_ENV",
     "DEFAULT_API_URL",
     "DEFAULT_CONTENTION_INTERVAL",
+    "MODE_ENV",
+    "Mode",
+    "ModeError",
     "Settings",
     "contention_interval",
     "env_seconds",
+    "resolve_mode",
 ]
 
 MODE_ENV = "MLDIAG_MODE"
