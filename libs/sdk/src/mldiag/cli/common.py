@@ -9,6 +9,7 @@ and never from one another's private names; :func:`mldiag.cli.build_parser` asse
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -103,13 +104,12 @@ def sort_items(items: list[Any], sort_by: str) -> list[Any]:
     for key in reversed([k.strip() for k in sort_by.split(",") if k.strip()]):
         descending = key.startswith("~")
         path = key.removeprefix("~")
-        ordered.sort(
-            key=lambda item, path=path: _sort_key(field_value(item, path)), reverse=descending
-        )
+        ordered.sort(key=functools.partial(_sort_key, path), reverse=descending)
     return ordered
 
 
-def _sort_key(value: Any) -> tuple[int, str, Any]:
+def _sort_key(path: str, item: Any) -> tuple[int, str, Any]:
+    value = field_value(item, path)
     if value is None:
         return (0, "", 0)
     if isinstance(value, bool | int | float):

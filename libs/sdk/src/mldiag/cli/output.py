@@ -1,23 +1,105 @@
-"""How the CLI writes answers: aligned tables for people, JSON or YAML for programs.
+"""How the CLI writes answers: aligned tables for people; JSON, YAML, CSV or gcloud's
+``value(...)`` projection for programs.
 
 JSON is the API's body unchanged (NaN and ±Inf as the API writes them); YAML is the same
-data through a small emitter for JSON-like values, so the SDK needs no YAML library.
+data through a small emitter for JSON-like values, so the SDK needs no YAML library. ``csv``
+and ``value(...)`` print one line per resource (each item of a list, else the one resource),
+fields picked by dotted paths as gcloud's projections do.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
-Format = Literal["table", "json", "yaml"]
-"""The output formats of ``--format``."""
+Format = str
+"""An output format of ``--format``, as :func:`parse_format` answers it: ``table``,
+``json``, ``yaml``, ``csv``, ``csv(FIELD,...)`` or ``value(FIELD,...)``."""
 
-FORMATS: tuple[Format, ...] = ("table", "json", "yaml")
-"""Every format, the default first."""
+FORMATS: tuple[str, ...] = ("table", "json", "yaml", "csv")
+"""The formats without fields, the default first (``csv(...)`` and ``value(...)`` add
+fields)."""
+
+FORMAT_HELP = (
+    "table (for people), json, yaml, csv, csv(FIELD,...) or value(FIELD,...): one line per"
+    " resource, FIELDs as dotted paths (e.g. 'value(name,metadata.verb)') [table]"
+)
+"""The help of ``--format``."""
+
+_PROJECTION = re.compile(r"^(csv|value)\((.*)\)$", re.DOTALL)
+_FIELD = re.compile(r"^~?[A-Za-z_@][A-Za-z0-9_@-]*(\.[A-Za-z_@][A-Za-z0-9_@-]*)*$")
+
+
+def parse_format(text: str) -> Format:
+    """An argparse type: ``--format``'s value checked and normalised (spaces around fields
+    dropped); anything else is a usage error (exit status 2)."""
+    value = text.strip()
+    if value in FORMATS:
+        return value
+    match = _PROJECTION.match(value)
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"unknown format {text!r}: expected one of {', '.join(FORMATS)}, csv(FIELD,...)"
+            " or value(FIELD,...)"
+        )
+    fields = [field.strip() for field in match.group(2).split(",")]
+    if not any(fields) or not all(_FIELD.match(field) for field in fields):
+        raise argparse.ArgumentTypeError(
+            f"bad fields in {text!r}: expected dotted field names separated by commas,"
+            " e.g. value(name,metadata.verb)"
+        )
+    return f"{match.group(1)}({','.join(fields)})"
+
+
+def projection(output_format: Format) -> tuple[str, list[str]] | None:
+    """``("csv"|"value", fields)`` of a line-per-resource format (fields empty for plain
+    ``csv``: every field); ``None`` for table, json and yaml."""
+    if output_format == "csv":
+        return "csv", []
+    match = _PROJECTION.match(output_format)
+    if not match:
+        return None
+    return match.group(1), match.group(2).split(",")
+
+
+def field_value(resource: Any, path: str) -> Any:
+    """The value at a dotted ``path`` of ``resource`` (``None`` when a part is missing)."""
+    value = resource
+    for part in path.split("."):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part)
+    return value
+
+
+def render_records(records: Sequence[Any], output_format: Format) -> str:
+    """``records`` one per line in a :func:`projection` format: ``value(...)`` as
+    tab-separated cells, ``csv`` with a header line (every flattened field of plain ``csv``,
+    in the order first seen)."""
+    found = projection(output_format)
+    if found is None:
+        raise ValueError(f"{output_format!r} is not a csv or value format")
+    kind, fields = found
+    if not fields:
+        fields = list(dict.fromkeys(key for record in records for key in _flat_record(record)))
+    rows = [[cell(field_value(record, field)) for field in fields] for record in records]
+    if kind == "value":
+        return "\n".join("\t".join(row) for row in rows)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(fields)
+    writer.writerows(rows)
+    return buffer.getvalue().rstrip("\n")
+
+
+def _flat_record(record: Any) -> dict[str, Any]:
+    return flatten(record) if isinstance(record, Mapping) else {}
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
@@ -175,5 +257,8 @@ def to_yaml(data: Any) -> str:
 
 
 def dump(data: Any, output_format: Format) -> str:
-    """``data`` in a machine format (``json`` or ``yaml``)."""
+    """``data`` in a machine format (``json``, ``yaml``, or, as one resource, ``csv`` and
+    ``value(...)``)."""
+    if projection(output_format) is not None:
+        return render_records([data], output_format)
     return to_yaml(data) if output_format == "yaml" else to_json(data)
