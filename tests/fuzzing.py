@@ -97,6 +97,18 @@ class Fuzzer:
 
         fuzz()
 
+    def fuzz_all(
+        self,
+        schema: schemathesis.BaseSchema,
+        strategy: Callable[[schemathesis.APIOperation], st.SearchStrategy[Case]],
+        examples: int = EXAMPLES,
+    ) -> None:
+        """Run ``examples`` cases of ``strategy`` over every operation of ``schema``, deletes
+        last, so the resources a test seeded live through every other operation."""
+        every = [result.ok() for result in schema.get_all_operations()]
+        for operation in sorted(every, key=lambda op: (op.method.upper() == "DELETE", op.path)):
+            self.fuzz(operation, strategy, examples)
+
     def summary(self) -> str:
         """The figures a closing note quotes (seen with ``-s``)."""
         return (

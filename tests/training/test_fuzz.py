@@ -15,7 +15,7 @@ import requests
 import schemathesis
 
 from conftest import ApiTokens
-from fuzzing import EXAMPLES, Fuzzer, aimed
+from fuzzing import Fuzzer, aimed
 from mldiag_schemas.auth import Role
 from mldiag_training.app import create_app
 from mldiag_training.settings import TrainingSettings
@@ -53,10 +53,7 @@ def test_no_operation_answers_a_server_error(
             "job_id": created.json()["name"].rsplit("/", 1)[-1],
         }
         fuzzer = TrainingFuzzer(session, base_url, headers)
-        every = [result.ok() for result in schema.get_all_operations()]
-        # Deletes last, so the seeded job lives through every other operation.
-        for operation in sorted(every, key=lambda op: (op.method.upper() == "DELETE", op.path)):
-            fuzzer.fuzz(operation, partial(aimed, known=known), EXAMPLES)
+        fuzzer.fuzz_all(schema, partial(aimed, known=known))
     print(fuzzer.summary())  # noqa: T201  # the figures (seen with -s)
     assert len(fuzzer.operations) >= 12  # every jobs route, long and short forms
     assert fuzzer.statuses[200] > 0  # some cases were valid all the way through

@@ -13,7 +13,7 @@ be published (an invalid subject) is parked with its reason and skipped.
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Protocol
 
@@ -24,6 +24,7 @@ from prometheus_client import Counter
 from mldiag_platform.bus import Publisher
 from mldiag_platform.database import Migration, load_migrations
 from mldiag_platform.errors import InvalidArgument
+from mldiag_platform.periodic import periodically
 from mldiag_schemas.envelope import Envelope
 
 log = structlog.get_logger(__name__)
@@ -161,28 +162,18 @@ class Outbox:
         if outage and failed:
             raise failed[0][1]
 
-    async def sweep_forever(self, interval_seconds: float = 2.0) -> None:
-        """Flush periodically, so rows left by a crash or an outage are not stranded."""
-        while True:
-            await asyncio.sleep(interval_seconds)
-            try:
-                count = await self.flush()
-            except Exception as exc:  # noqa: BLE001  # keep sweeping through outages
-                log.warning("outbox.sweep.failed", error=repr(exc))
-            else:
-                if count:
-                    log.info("outbox.sweep.published", count=count)
+    async def sweep(self) -> None:
+        """Flush once, logging what a sweep published (rows a crash or an outage left)."""
+        count = await self.flush()
+        if count:
+            log.info("outbox.sweep.published", count=count)
 
 
-@contextlib.asynccontextmanager
-async def running_sweeper(
+def running_sweeper(
     outbox: Outbox, interval_seconds: float = 2.0
-) -> AsyncIterator[asyncio.Task[None]]:
-    """Run :meth:`Outbox.sweep_forever` for the lifetime of the context."""
-    task = asyncio.create_task(outbox.sweep_forever(interval_seconds))
-    try:
-        yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+) -> contextlib.AbstractAsyncContextManager[asyncio.Task[None]]:
+    """Sweep the outbox every ``interval_seconds`` for the lifetime of the context, so rows
+    left by a crash or an outage are not stranded (through outages too)."""
+    return periodically(
+        outbox.sweep, interval_seconds, name="outbox-sweeper", failed="outbox.sweep.failed"
+    )

@@ -9,11 +9,11 @@ sweeping together delete disjoint or already-deleted rows, which is harmless.
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import structlog
 
+from mldiag_platform.periodic import periodically
 from mldiag_run_registry.logs.repository import LogsRepository
 
 log = structlog.get_logger(__name__)
@@ -56,23 +56,15 @@ class LogRetention:
         return deleted
 
 
-@contextlib.asynccontextmanager
-async def retaining(retention: LogRetention, every_seconds: float) -> AsyncIterator[None]:
+def retaining(
+    retention: LogRetention, every_seconds: float
+) -> contextlib.AbstractAsyncContextManager[asyncio.Task[None]]:
     """Sweep every ``every_seconds`` (and once at start) for as long as the block runs; a
     failed sweep is logged and tried again at the next tick."""
-
-    async def loop() -> None:
-        while True:
-            try:
-                await retention.sweep()
-            except Exception:
-                log.exception("logs.retention.sweep_failed")
-            await asyncio.sleep(every_seconds)
-
-    task = asyncio.create_task(loop(), name="log-retention")
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    return periodically(
+        retention.sweep,
+        every_seconds,
+        name="log-retention",
+        failed="logs.retention.sweep_failed",
+        first_now=True,
+    )

@@ -11,11 +11,11 @@ reports SUCCEEDED.
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import structlog
 
+from mldiag_platform.periodic import periodically
 from mldiag_run_registry.profiles.captures import CapturesService
 from mldiag_run_registry.profiles.repository import ProfilesRepository
 from mldiag_schemas.profiling import ProfileCaptureFinished, ProfilerSessionPhase
@@ -75,23 +75,14 @@ class CaptureDeadlines:
         return failed
 
 
-@contextlib.asynccontextmanager
-async def sweeping(deadlines: CaptureDeadlines, every_seconds: float) -> AsyncIterator[None]:
+def sweeping(
+    deadlines: CaptureDeadlines, every_seconds: float
+) -> contextlib.AbstractAsyncContextManager[asyncio.Task[None]]:
     """Sweep every ``every_seconds`` for as long as the block runs (a failed sweep is logged
     and retried at the next tick)."""
-
-    async def loop() -> None:
-        while True:
-            await asyncio.sleep(every_seconds)
-            try:
-                await deadlines.sweep()
-            except Exception:
-                log.exception("profiles.capture.sweep_failed")
-
-    task = asyncio.create_task(loop(), name="capture-deadlines")
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    return periodically(
+        deadlines.sweep,
+        every_seconds,
+        name="capture-deadlines",
+        failed="profiles.capture.sweep_failed",
+    )

@@ -3,11 +3,11 @@ executors' announcements (core NATS); and the loop that ticks the reconcile."""
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 
 import structlog
 
 from mldiag_platform.bus import Bus, ConsumerSpec, Delivery
+from mldiag_platform.periodic import periodically
 from mldiag_schemas import bus as subjects
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.replicas import ExecutorAnnounced, ReplicaExited, ReplicaStarted
@@ -72,26 +72,13 @@ def register(bus: Bus, scheduler: Scheduler) -> None:
     bus.follow(ANNOUNCEMENTS, ExecutorAnnounced, handler.on_announced)
 
 
-async def _tick_forever(scheduler: Scheduler, interval: float) -> None:
-    while True:
-        try:
-            await scheduler.tick()
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # a failing pass is retried at the next tick, never fatal
-            log.exception("scheduler.tick_failed")
-        await asyncio.sleep(interval)
-
-
-@contextlib.asynccontextmanager
-async def running(scheduler: Scheduler) -> AsyncIterator[asyncio.Task[None]]:
-    """Tick the scheduler every ``tick_seconds`` for the lifetime of the block."""
-    task = asyncio.create_task(
-        _tick_forever(scheduler, scheduler.tick_seconds), name="training-scheduler"
+def running(scheduler: Scheduler) -> contextlib.AbstractAsyncContextManager[asyncio.Task[None]]:
+    """Tick the scheduler every ``tick_seconds`` for the lifetime of the block (at once, then
+    each interval; a failing pass is retried at the next tick, never fatal)."""
+    return periodically(
+        scheduler.tick,
+        scheduler.tick_seconds,
+        name="training-scheduler",
+        failed="scheduler.tick_failed",
+        first_now=True,
     )
-    try:
-        yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
