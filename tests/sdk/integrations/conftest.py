@@ -1,12 +1,12 @@
 """Fixtures of the integration tests: a run on the fake platform, Keras on its JAX backend."""
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import mldiag.run
 from sdk.fake_platform import FakePlatform
 
 # Keras 3 picks its backend when first imported; only JAX is installed here.
@@ -32,10 +32,6 @@ def options(platform: FakePlatform, tmp_path: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(autouse=True)
-def _no_current_run() -> Iterator[None]:
-    """Each test starts without a current run (a finished one may linger as current)."""
-    import mldiag.run
-
-    mldiag.run._current = None
-    yield
-    mldiag.run._current = None
+def _no_current_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts without a current run (one left by an earlier test would be used)."""
+    monkeypatch.setattr(mldiag.run, "_current", None)

@@ -121,7 +121,7 @@ def test_a_scalar_result_is_the_loss_and_bad_arguments_are_refused(
     platform: FakePlatform, options: dict[str, Any]
 ) -> None:
     run = mldiag.init(name="scalar", **options)
-    step = mldiag_flax.track(lambda x: jnp.sum(x), run)
+    step = mldiag_flax.track(jnp.sum, run)
     step(jnp.ones(3))
     run.finish()
     assert series(platform, "loss") == {0: 3.0}
