@@ -39,6 +39,27 @@ def explicit_lifecycle() -> None:
         print("the rest stays spooled and is replayed by the next run")  # noqa: T201
 
 
+def habits_from_other_tools(losses: list[float]) -> None:
+    """W&B-style module-level calls, ``config=``, a project and location, and the modes."""
+    mldiag.init(
+        name="resnet",
+        config={"optimizer": {"name": "adam", "lr": 3e-4}},
+        project="vision",
+        location="us-central1",
+        mode="offline",  # or "disabled", or MLDIAG_MODE; upload later with `mldiag sync`
+    )
+    for loss in losses:
+        mldiag.log({"loss": loss})
+    run = mldiag.current_run()
+    if run is not None and run.mode is mldiag.Mode.OFFLINE:
+        print("recorded offline:", run.run_id)  # noqa: T201  # an example
+    done: bool = mldiag.finish()
+    try:
+        mldiag.log({"loss": 0.0})
+    except mldiag.NoActiveRunError as error:
+        print(error.code, done)  # noqa: T201  # "no_active_run": the run has finished
+
+
 def official_names(step: int) -> None:
     """The official SDK's names: moving over is an import change."""
     run = mldiag.machinelearning_run(

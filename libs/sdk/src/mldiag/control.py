@@ -91,6 +91,10 @@ class HttpRunControl:
         self._warned_phase = False
         self._warned_create = False
 
+    def run_url(self, run_id: str) -> str:
+        """The run's URL in the registry (in this control's project and location)."""
+        return f"{self._runs}/{run_id}"
+
     def ensure_run(self, spec: RunSpec, timeout: float) -> ControlStatus:
         """``POST`` the run with its id; 409 (it exists) means attach.
 

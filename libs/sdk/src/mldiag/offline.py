@@ -23,6 +23,7 @@ and replayed later they would describe nothing.
 from __future__ import annotations
 
 import collections
+import contextlib
 import gzip
 import json
 import logging
@@ -366,7 +367,7 @@ def sync_run(
             result.run = _create(control, _spec(manifest), settings.request_timeout)
         _send_metrics(directory, run_id, settings, http, result)
         if manifest is not None and result.phase is not None:
-            _set_phase(control, run_id, manifest, settings.request_timeout)
+            _set_phase(control, http, run_id, manifest, settings.request_timeout)
     finally:
         if own_http:
             http.close()
@@ -415,8 +416,17 @@ def _send_metrics(
 
 
 def _set_phase(
-    control: HttpRunControl, run_id: str, manifest: Mapping[str, Any], timeout: float
+    control: HttpRunControl,
+    http: httpx.Client,
+    run_id: str,
+    manifest: Mapping[str, Any],
+    timeout: float,
 ) -> None:
+    # An earlier sync may have set it already (a run that ended cannot be ended again).
+    with contextlib.suppress(httpx.HTTPError, ValueError):
+        current = http.get(control.run_url(run_id), timeout=timeout)
+        if current.status_code == 200 and current.json().get("runPhase") == manifest["phase"]:
+            return
     details = manifest.get("errorDetails") or {}
     status = control.set_phase(
         run_id,
