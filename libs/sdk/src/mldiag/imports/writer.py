@@ -214,7 +214,7 @@ class Importer:
             self._client.update_run(
                 run.run_id,
                 {"etag": current.get("etag", ""), **wanted},
-                update_mask=",".join(wanted),
+                update_mask=",".join(_MASK_PATHS[key] for key in wanted),
             )
         return True
 
@@ -267,6 +267,16 @@ class Importer:
             if 400 <= response.status_code < 500 and response.status_code not in _RETRYABLE:
                 raise BatchRefused(f"metrics:write refused {what} ({detail})")
         raise PlatformUnavailable(f"metrics:write kept failing for {what} ({detail})")
+
+
+_MASK_PATHS = {
+    "displayName": "display_name",
+    "runSet": "run_set",
+    "labels": "labels",
+    "configs": "configs",
+    "runPhase": "run_phase",
+}
+"""The update mask path (snake_case, the registry's) of each field the importer sets."""
 
 
 def _same_configs(current: object, wanted: dict[str, Any]) -> bool:
