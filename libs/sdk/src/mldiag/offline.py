@@ -359,16 +359,24 @@ def sync_run(
         return result
     own_http = http is None
     http = http or client(settings.token, settings.request_timeout)
+    spools: list[Spool] = []
     try:
+        # Every writer's lock first: a run still being written is refused before anything
+        # is sent, and no other sync can send the same batches meanwhile.
+        for writer in _writers(directory):
+            spools.append(_open(writer, run_id))  # noqa: PERF401  # one by one: closed if one fails
         control = HttpRunControl(
             http, settings.api_url, project=result.project, location=result.location
         )
         if manifest is not None and manifest.get("createRun"):
             result.run = _create(control, _spec(manifest), settings.request_timeout)
-        _send_metrics(directory, run_id, settings, http, result)
+        for spool in spools:
+            _send_metrics(spool, directory, settings, http, result)
         if manifest is not None and result.phase is not None:
             _set_phase(control, http, run_id, manifest, settings.request_timeout)
     finally:
+        for spool in spools:
+            spool.close()
         if own_http:
             http.close()
     stamped = dict(manifest or {"version": MANIFEST_VERSION, "runId": run_id})
@@ -389,30 +397,26 @@ def _create(control: HttpRunControl, spec: RunSpec, timeout: float) -> str:
 
 
 def _send_metrics(
-    directory: Path, run_id: str, settings: Settings, http: httpx.Client, result: SyncResult
+    spool: Spool, directory: Path, settings: Settings, http: httpx.Client, result: SyncResult
 ) -> None:
+    """Post one writer's batches in order, acknowledging each once stored."""
     writer = MetricsWriter(http, settings.ingestion_url)
-    for folder in _writers(directory):
-        spool = _open(folder, run_id)
-        try:
-            while (record := spool.peek()) is not None:
-                sent = writer.write(run_id, record.payload, timeout=settings.request_timeout)
-                if sent.outcome is Outcome.UNAVAILABLE:
-                    raise SyncError(
-                        "ingestion_unavailable",
-                        f"{sent.status or 'no answer'} {sent.detail[:200]}".strip(),
-                        unreachable=True,
-                    )
-                if sent.outcome is Outcome.REJECTED:
-                    # The platform will never take it: kept beside the run, then skipped.
-                    result.rejected += 1
-                    _dead_letter(directory, record.payload, sent.status, sent.detail)
-                else:
-                    result.batches += 1
-                    result.points += _points(record.payload)
-                spool.ack(record)
-        finally:
-            spool.close()
+    while (record := spool.peek()) is not None:
+        sent = writer.write(spool.run_id, record.payload, timeout=settings.request_timeout)
+        if sent.outcome is Outcome.UNAVAILABLE:
+            raise SyncError(
+                "ingestion_unavailable",
+                f"{sent.status or 'no answer'} {sent.detail[:200]}".strip(),
+                unreachable=True,
+            )
+        if sent.outcome is Outcome.REJECTED:
+            # The platform will never take it: kept beside the run, then skipped.
+            result.rejected += 1
+            _dead_letter(directory, record.payload, sent.status, sent.detail)
+        else:
+            result.batches += 1
+            result.points += _points(record.payload)
+        spool.ack(record)
 
 
 def _set_phase(
