@@ -77,6 +77,18 @@ def test_a_slowdown_from_other_processes_names_them_and_their_share() -> None:
     assert contention.load_per_cpu == 3.2
     assert contention.disk_bytes_per_second_baseline == 3e6
     assert contention.cpu_steal_percent is None  # not sampled here
+    assert contention.cpu_count is None  # nor the host's CPU count
+
+
+def test_the_hosts_cpu_count_comes_with_its_contention() -> None:
+    feed = Feed()
+    quiet = {names.HOST_CPU: 30.0, names.RUN_CPU: 25.0, names.HOST_CPU_COUNT: 8.0}
+    for step in range(1, 41):
+        _sample(feed, step, 1.0 + 0.01 * (step % 3), quiet)
+    busy = {**quiet, names.HOST_CPU: 95.0}
+    for step in range(41, 80):
+        _sample(feed, step, 3.0, busy, [("stress-ng", 4242, 70.0)])
+    assert _contention(feed).cpu_count == 8
 
 
 def test_processes_sampled_after_the_slowdown_opened_re_announce_it_once() -> None:

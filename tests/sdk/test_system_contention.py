@@ -100,6 +100,7 @@ def test_the_host_is_read_from_its_counters_with_shares_in_range_and_rates_not_n
     assert sum(values[mode, ""] for mode in modes) <= 100.0 + 1e-6
     assert values[n.HOST_LOAD, ""] >= 0.0
     assert values[n.RUN_MEMORY, ""] > 10 * 2**20  # this Python process at least
+    assert values[n.HOST_CPU_COUNT, ""] == float(os.cpu_count() or 1)
 
 
 def test_a_busy_child_counts_as_the_runs_cpu(burner: subprocess.Popen[bytes]) -> None:

@@ -146,6 +146,11 @@ class Contention(Contract):
     cpu_steal_percent: float | None = Field(
         default=None, description="Host CPU taken by the hypervisor for other guests."
     )
+    cpu_count: int | None = Field(
+        default=None,
+        description="The host's logical CPUs (a share of the whole host in cores is share x"
+        " count / 100).",
+    )
     run_cpu_percent: float | None = Field(
         default=None, description="The run's own process tree, in % of the whole host."
     )

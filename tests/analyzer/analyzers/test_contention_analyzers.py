@@ -62,6 +62,14 @@ def test_a_neighbour_taking_the_cpu_is_named_with_its_share() -> None:
     assert report.recommended_actions[0].documentation_url == "docs/runbooks/host-contention.md"
 
 
+def test_shares_are_said_in_cores_too_where_the_host_sampled_its_count() -> None:
+    counted = neighbour().model_copy(update={"cpu_count": 16})
+    report = run(host_cpu_contention, *degradation(hosts(1, host_0={"contention": counted})))
+    assert "40% of the host's CPU (6.4 of 16 cores) on host-0" in report.details
+    assert "python stress.py (pid 4242) 37% of the host's CPU (5.9 of 16 cores)" in (report.details)
+    assert "host-0: other processes 40% of the host's CPU (6.4 of 16 cores)" in report.evidence[0]
+
+
 def test_contention_ranks_first_in_a_degradation_over_saturation_and_framework_causes() -> None:
     # host-0's own run saturates its CPU while waiting for data, and XLA recompiled at the
     # onset: real causes that rank below a neighbour starving every host

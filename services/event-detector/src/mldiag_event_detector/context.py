@@ -126,6 +126,7 @@ def contention(host: HostState, since: datetime) -> Contention | None:
     ecc_series = series(names.GPU_ECC_ERRORS)
     ecc = ecc_series.values[-1] if ecc_series is not None and ecc_series.values else None
     return Contention(
+        cpu_count=sampled.cpu_count,
         cpu_user_percent=recent(names.HOST_CPU_USER),
         cpu_system_percent=recent(names.HOST_CPU_SYSTEM),
         cpu_iowait_percent=recent(names.HOST_CPU_IOWAIT),

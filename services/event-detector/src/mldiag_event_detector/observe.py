@@ -98,6 +98,7 @@ _CONTENTION = frozenset(
         names.TOP_PROCESS_MEMORY,
         names.GPU_XID,
         names.GPU_THROTTLE_REASONS,
+        names.HOST_CPU_COUNT,
     )
 )
 
@@ -254,6 +255,17 @@ def _observe_contention(
                 if metric == names.GPU_ECC_ERRORS and contention.ecc_first is None:
                     contention.ecc_first = value
                 contention.signal(metric).add(at, value)
+    counts = [c.values[-1] for c in grouped.get(names.HOST_CPU_COUNT, []) if c.values]
+    if counts and math.isfinite(counts[-1]) and counts[-1] >= 1:
+        contention.cpu_count = int(counts[-1])
+    _observe_accelerator_faults(contention, grouped)
+    _observe_processes(contention, grouped, at)
+
+
+def _observe_accelerator_faults(
+    contention: HostContention, grouped: dict[str, list[MetricColumns]]
+) -> None:
+    """XID codes (the latest few, distinct) and the latest throttle reasons (OR-ed)."""
     for columns in grouped.get(names.GPU_XID, []):
         for value in columns.values:
             if math.isfinite(value) and int(value) not in contention.xids:
@@ -263,7 +275,6 @@ def _observe_contention(
         contention.throttle_mask = 0
         for mask in masks:
             contention.throttle_mask |= int(mask) if math.isfinite(mask) and mask >= 0 else 0
-    _observe_processes(contention, grouped, at)
 
 
 def _observe_processes(

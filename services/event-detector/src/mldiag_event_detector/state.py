@@ -175,6 +175,8 @@ class HostContention(State):
     """By metric name (``host_cpu_user_percent`` …)."""
     processes: dict[str, OtherProcess] = Field(default_factory=dict)
     """By pid."""
+    cpu_count: int | None = None
+    """The host's logical CPUs, as last sampled."""
     ecc_first: float | None = None
     """Uncorrected ECC errors (summed over devices) at the host's first sample."""
     xids: list[int] = Field(default_factory=list)

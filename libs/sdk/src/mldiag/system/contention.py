@@ -25,6 +25,7 @@ from mldiag.system.names import (
     DISK_READ,
     DISK_WRITE,
     HOST_CPU,
+    HOST_CPU_COUNT,
     HOST_CPU_IOWAIT,
     HOST_CPU_STEAL,
     HOST_CPU_SYSTEM,
@@ -200,7 +201,7 @@ class HostCounters:
     def sample(self, now: float) -> Sample:
         """The levels now, and the shares and rates since the previous call."""
         psutil = self._psutil
-        values: Sample = {}
+        values: Sample = {(HOST_CPU_COUNT, ""): float(self._cpus)}
         self.memory_percent = float(psutil.virtual_memory().percent)
         swap = self._swap()
         if swap is not None:

@@ -97,12 +97,12 @@ def _rate(value: float) -> str:
     return f"{value / 2**20:.1f} MiB/s"
 
 
-def host_share(value: float) -> str:
-    """A CPU share with its unit: ``148% of one core`` cannot be said without the host's core
-    count, which the context does not carry, so ``37% of the host's CPU``."""
-    return (
-        f"{value:.1f}% of the host's CPU" if value < 10 else f"{percent(value)} of the host's CPU"
-    )
+def host_share(value: float, cpus: int | None = None) -> str:
+    """A CPU share with its unit: ``37% of the host's CPU``, and in cores where the host's
+    count was sampled (``37% of the host's CPU (3.0 of 8 cores)``)."""
+    share = f"{value:.1f}%" if value < 10 else percent(value)
+    cores = f" ({value * cpus / 100:.1f} of {cpus} cores)" if cpus else ""
+    return f"{share} of the host's CPU{cores}"
 
 
 def _sampled(inputs: Inputs) -> list[tuple[HostSnapshot, Contention]]:
@@ -115,7 +115,9 @@ def _top_cpu(c: Contention) -> str:
         key=lambda p: p.cpu_percent or 0.0,
         reverse=True,
     )[:TOP_NAMED]
-    return ", ".join(f"{p.name} (pid {p.pid}) {host_share(p.cpu_percent or 0.0)}" for p in top)
+    return ", ".join(
+        f"{p.name} (pid {p.pid}) {host_share(p.cpu_percent or 0.0, c.cpu_count)}" for p in top
+    )
 
 
 def _top_memory(c: Contention) -> tuple[str, float]:
@@ -183,6 +185,7 @@ class _CpuReading:
     run_baseline: float | None
     load: float | None
     top: str
+    cpus: int | None
 
     @property
     def run_fell(self) -> bool:
@@ -198,12 +201,12 @@ class _CpuReading:
         return self.others + (self.run or 0.0) >= HOST_FULL_PERCENT
 
     def evidence(self) -> list[str]:
-        others = f"{self.host}: other processes {host_share(self.others)}"
+        others = f"{self.host}: other processes {host_share(self.others, self.cpus)}"
         if self.others_baseline is not None:
             others += f" (baseline {percent(self.others_baseline)})"
         lines = [others]
         if self.run is not None:
-            run = f"{self.host}: the run's own processes {host_share(self.run)}"
+            run = f"{self.host}: the run's own processes {host_share(self.run, self.cpus)}"
             if self.run_baseline is not None:
                 run += f", {percent(self.run_baseline)} in its baseline"
             lines.append(run)
@@ -225,6 +228,7 @@ def _cpu_reading(h: HostSnapshot, c: Contention) -> _CpuReading | None:
         c.run_cpu_baseline_percent,
         c.load_per_cpu,
         _top_cpu(c),
+        c.cpu_count,
     )
 
 
@@ -253,7 +257,8 @@ def host_cpu_contention(inputs: Inputs) -> Finding:
     if not contended:
         top = max(readings, key=lambda r: r.others)
         return not_found(
-            f"Other processes took at most {host_share(top.others)} (on {top.host}), no more"
+            f"Other processes took at most {host_share(top.others, top.cpus)} (on {top.host}),"
+            " no more"
             f" than before or with cores to spare ({len(readings)} host(s) sampled; contention"
             f" means others {OTHERS_RISE_POINTS:.0f} points above their baseline, or at or"
             f" above {percent(OTHERS_HIGH_PERCENT)} while the run's share falls, on a host"
@@ -263,7 +268,8 @@ def host_cpu_contention(inputs: Inputs) -> Finding:
     flagged = {r.host for r in contended}
     details = (
         f"Other processes take the CPU the run needs on {names(flagged)}"
-        f" ({of_hosts(len(flagged), len(readings))}): {host_share(worst.others)} on {worst.host}"
+        f" ({of_hosts(len(flagged), len(readings))}): {host_share(worst.others, worst.cpus)}"
+        f" on {worst.host}"
     )
     if worst.others_baseline is not None:
         details += f" against {percent(worst.others_baseline)} before it began"
@@ -497,6 +503,7 @@ def cpu_steal(inputs: Inputs) -> Finding:
         for h, c in sampled
         if c.cpu_steal_percent is not None and c.cpu_steal_percent >= STEAL_PERCENT
     }
+    cpus = {h.host: c.cpu_count for h, c in sampled}
     if not stolen:
         top = max(c.cpu_steal_percent or 0.0 for _, c in sampled)
         return not_found(
@@ -510,7 +517,10 @@ def cpu_steal(inputs: Inputs) -> Finding:
     )
     placed = _placed(inputs, set(stolen), 0.75)
     evidence = _evidence(
-        {host: [f"{host}: CPU steal {host_share(value)}"] for host, value in stolen.items()}
+        {
+            host: [f"{host}: CPU steal {host_share(value, cpus[host])}"]
+            for host, value in stolen.items()
+        }
     )
     actions = [
         "Move the run to dedicated or bare-metal instances (sole-tenant nodes), or to a less"
