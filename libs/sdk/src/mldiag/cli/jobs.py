@@ -412,7 +412,7 @@ def _add_log_flags(parser: argparse.ArgumentParser, *, follow: bool) -> None:
 def _client(ctx: Context, args: argparse.Namespace) -> JobsClient:
     return JobsClient(
         ctx.client.base_url,
-        token=resolve_token(args.token) or None,
+        token=resolve_token(args.token, api_url=ctx.client.base_url) or None,
         project=args.project,
         location=args.location,
     )

@@ -18,11 +18,11 @@ import webbrowser
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from mldiag.api_client import DEFAULT_API_URL, JsonObject, XProfClient, xprof_link
+from mldiag.api_client import JsonObject, XProfClient, xprof_link
 from mldiag.cli.common import api_command_group, api_verb
 from mldiag.cli.events import duration
 from mldiag.cli.output import add_json_flag, cell, render_fields, render_table, short_time
-from mldiag.credentials import resolve_token
+from mldiag.credentials import resolve_api_url, resolve_token
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -256,15 +256,14 @@ def _xprof_url(args: argparse.Namespace) -> str:
     url: str = (
         getattr(args, "xprof_url", None)
         or os.environ.get("MLDIAG_XPROF_URL")
-        or getattr(args, "api_url", None)
-        or os.environ.get("MLDIAG_API_URL")
-        or DEFAULT_API_URL
+        or resolve_api_url(getattr(args, "api_url", None))
     )
     return url.rstrip("/")
 
 
 def _xprof_client(args: argparse.Namespace) -> XProfClient:
-    return XProfClient(_xprof_url(args), token=resolve_token(args.token) or None)
+    url = _xprof_url(args)
+    return XProfClient(url, token=resolve_token(args.token, api_url=url) or None)
 
 
 def _last_segment(name: Any) -> str:
@@ -580,7 +579,7 @@ def _xprof_open(ctx: Context, args: argparse.Namespace) -> int:
         return 0
     # A browser sends no Authorization header: the provisioner takes the token once from
     # the link, keeps it as a cookie and redirects to a URL without it. Never printed.
-    token = resolve_token(args.token)
+    token = resolve_token(args.token, api_url=_xprof_url(args))
     opened = f"{link}&{urlencode({'token': token})}" if token else link
     if not webbrowser.open(opened):
         print("no browser to open here: copy the link above", file=sys.stderr)

@@ -69,7 +69,7 @@ def client_kwargs(ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of a training API client the global options describe."""
     return {
         "base_url": ctx.client.base_url,
-        "token": resolve_token(args.token) or None,
+        "token": resolve_token(args.token, api_url=ctx.client.base_url) or None,
         "project": args.project,
         "location": args.location,
     }
