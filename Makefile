@@ -71,6 +71,8 @@ format: $(VENV)/.synced
 
 contracts: $(VENV)/.synced
 	$(VENV)/bin/python -m mldiag_schemas
+	$(VENV)/bin/python -m mldiag_platform.edge.openapi
+	$(VENV)/bin/python -m mldiag_platform.edge.typescript
 
 clean:
 	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache console/node_modules

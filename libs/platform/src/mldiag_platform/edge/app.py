@@ -8,8 +8,10 @@ unbuffered beyond a chunk, so uploads, replica logs followed live and the consol
 server-sent events pass as they come; a response without a length is relayed until the
 service ends it or the caller goes away, and then the service's connection is closed too.
 
-The edge answers only for itself on ``/_edge/healthz`` and ``/_edge/metrics``; a service it
-cannot reach gets the caller a 503 ``unavailable`` with ``Retry-After`` (nothing was taken).
+The edge answers only for itself on ``/_edge/healthz`` and ``/_edge/metrics``, and for the
+whole API on ``/openapi.json`` (the services' documents merged, :mod:`.openapi`) and ``/docs``
+(a Swagger UI page of it); a service it cannot reach gets the caller a 503 ``unavailable``
+with ``Retry-After`` (nothing was taken).
 The request line, ``Host`` and every end-to-end header reach the service as sent, with
 ``X-Forwarded-For``, ``-Proto`` and ``-Host`` added, so links a service builds point at the
 edge. Hop-by-hop headers (RFC 9110 §7.6.1) stop here in both directions.
@@ -17,6 +19,7 @@ edge. Hop-by-hop headers (RFC 9110 §7.6.1) stop here in both directions.
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +29,7 @@ import httpcore
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
+from mldiag_platform.edge.openapi import DOCUMENT_PATH, merge, render
 from mldiag_platform.edge.routes import RouteTable
 from mldiag_platform.edge.settings import EdgeSettings
 from mldiag_schemas.errors import ErrorBody, ErrorDetail
@@ -37,6 +41,8 @@ HEALTH_PATH = "/_edge/healthz"
 """The edge's own health (every other path belongs to a service, ``/healthz`` included)."""
 METRICS_PATH = "/_edge/metrics"
 """The edge's own Prometheus metrics."""
+DOCS_PATH = "/docs"
+"""A Swagger UI page of the merged document (``/openapi.json``, :data:`.openapi.DOCUMENT_PATH`)."""
 
 SMALL_BODY_BYTES = 256 * 1024
 """A request body up to this size (with a declared length) is read before forwarding, so the
@@ -152,6 +158,9 @@ class Edge:
         if path == METRICS_PATH:
             await _answer(send, 200, generate_latest(self.registry), CONTENT_TYPE_LATEST.encode())
             return
+        if path in (DOCUMENT_PATH, DOCS_PATH) and scope["method"] in ("GET", "HEAD"):
+            await self._describe(path, send)
+            return
         service = self.routes.service_for(path)
         try:
             upstream = await self._send_upstream(scope, receive, service)
@@ -175,6 +184,39 @@ class Edge:
             await self._relay(scope, receive, send, upstream)
         finally:
             await upstream.aclose()
+
+    async def _describe(self, path: str, send: _Send) -> None:
+        """Answer the merged OpenAPI document (built from each service's, asked now, so it
+        describes the versions running) or the Swagger UI page that reads it."""
+        if path == DOCS_PATH:
+            # Imported here: only this page needs FastAPI in the edge's process.
+            from fastapi.openapi.docs import get_swagger_ui_html  # noqa: PLC0415
+
+            page = get_swagger_ui_html(openapi_url=DOCUMENT_PATH, title="mldiag API").body
+            await _answer(send, 200, bytes(page), b"text/html; charset=utf-8")
+            return
+        documents: dict[str, Any] = {}
+        for service in dict.fromkeys(route.service for route in self.routes.routes):
+            upstream = self.upstreams[service]
+            url = httpcore.URL(
+                scheme=upstream.scheme,
+                host=upstream.host,
+                port=upstream.port,
+                target=upstream.prefix + DOCUMENT_PATH.encode(),
+            )
+            try:
+                answer = await self.pool.request("GET", url, extensions={"timeout": self._timeouts})
+            except _UNREACHABLE as error:
+                log.warning("edge.document.unreachable", service=service, error=str(error))
+                await _unavailable(send, service)
+                return
+            if answer.status != 200:
+                log.warning("edge.document.refused", service=service, status=answer.status)
+                await _unavailable(send, service)
+                return
+            documents[service] = json.loads(answer.content)
+        body = render(merge(documents, self.routes)).encode()
+        await _answer(send, 200, body, b"application/json")
 
     async def _send_upstream(
         self, scope: Scope, receive: _Receive, service: str
