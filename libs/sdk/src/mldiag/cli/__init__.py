@@ -15,15 +15,26 @@ Exit status: 0 done, 1 the API (or the stack) refused (``error: <code>: <message
 """
 
 import argparse
+import importlib.metadata
 import logging
 import sys
 from collections.abc import Sequence
 
+import mldiag
 from mldiag.api_client import ApiError, ApiUnreachable
 from mldiag.cli.agent import add_agent_command
 from mldiag.cli.alerts import add_alerts_commands
 from mldiag.cli.auth import add_auth_commands
-from mldiag.cli.common import Context, UsageError, add_global_options, client_from_args
+from mldiag.cli.common import (
+    Context,
+    UsageError,
+    add_global_options,
+    add_listing_flags,
+    apply_resource_scope,
+    client_from_args,
+    listing_from_args,
+)
+from mldiag.cli.completion import add_completion_command
 from mldiag.cli.configs import add_configs_commands
 from mldiag.cli.events import add_events_commands
 from mldiag.cli.imports import add_import_commands
@@ -59,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mldiag", description="Monitor, profile and diagnose ML workloads."
     )
     add_global_options(parser, suppress=False)
+    parser.add_argument("--version", action="version", version=f"mldiag {installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_stack_commands(commands)
     add_login_commands(commands)
@@ -81,14 +93,29 @@ def build_parser() -> argparse.ArgumentParser:
     add_agent_command(commands)
     add_substrate_command(commands)
     add_sync_command(commands)
+    add_completion_command(commands, parser)
+    add_listing_flags(parser)  # last: every group's list verbs exist by now
     return parser
+
+
+def installed_version() -> str:
+    """The installed distribution's version (``mldiag-sdk``, formerly ``mldiag``), else
+    ``mldiag.__version__``, else ``unknown``."""
+    for distribution in ("mldiag-sdk", "mldiag"):
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return str(getattr(mldiag, "__version__", "unknown"))
 
 
 def _run_api_command(args: argparse.Namespace) -> int:
     output_format: Format = args.output_format
     try:
+        apply_resource_scope(args)
         with client_from_args(args) as client:
-            code: int = args.api_handler(Context(client, output_format), args)
+            context = Context(client, output_format, listing_from_args(args))
+            code: int = args.api_handler(context, args)
             return code
     except UsageError as error:
         print(f"mldiag {args.command} {args.verb}: error: {error}", file=sys.stderr)

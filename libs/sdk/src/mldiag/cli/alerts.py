@@ -17,7 +17,13 @@ from typing import Any
 
 from mldiag.alerts_api import CHANNELS, DELIVERIES, RULES, AlertsClient, deliveries_filter
 from mldiag.api_client import ApiError, JsonObject
-from mldiag.cli.common import Context, UsageError, add_global_options
+from mldiag.cli.common import (
+    Context,
+    UsageError,
+    add_global_options,
+    resource_argument,
+    run_argument,
+)
 from mldiag.cli.jobs import parse_key_values
 from mldiag.cli.output import labels_cell, short_time
 from mldiag.cli.resources import (
@@ -106,7 +112,9 @@ def add_alerts_commands(commands: Any) -> None:
     deliveries = group("deliveries", "the history of notifications sent (or not)")
     listing = deliveries("list", _list_deliveries, "list deliveries, newest first")
     listing.add_argument("--event", default="", metavar="EVENT_ID", help="of this event")
-    listing.add_argument("--run", default="", metavar="RUN", help="of this run's events")
+    listing.add_argument(
+        "--run", default="", metavar="RUN", type=run_argument, help="of this run's events"
+    )
     listing.add_argument("--channel", default="", metavar="ID", help="through this channel")
     listing.add_argument("--state", default="", type=str.upper, choices=STATES)
     listing.add_argument("--limit", type=positive, help="at most this many [all]")
@@ -160,7 +168,9 @@ def _add_channels(verb: Verbs) -> None:
         ("delete", _delete_channel, "delete a channel no rule names"),
         ("test", _test_channel, "send a TEST notification through a channel now"),
     ):
-        verb(action, handler, what).add_argument("channel", metavar="CHANNEL", help="id or name")
+        verb(action, handler, what).add_argument(
+            "channel", metavar="CHANNEL", type=resource_argument(CHANNELS), help="id or name"
+        )
 
 
 def _add_rules(verb: Verbs) -> None:
@@ -219,7 +229,9 @@ def _add_rules(verb: Verbs) -> None:
         ("describe", _describe_rule, "show an alert rule"),
         ("delete", _delete_rule, "delete an alert rule"),
     ):
-        verb(action, handler, what).add_argument("rule", metavar="RULE", help="id or name")
+        verb(action, handler, what).add_argument(
+            "rule", metavar="RULE", type=resource_argument(RULES), help="id or name"
+        )
 
 
 # channels

@@ -354,7 +354,7 @@ def resource_argument(collection: str, parent: str | None = None) -> Callable[[s
 
     def parse(text: str) -> ResourceRef:
         parts = text.strip().strip("/").split("/")
-        if len(parts) == 1 and parts[0]:
+        if len(parts) == 1:  # an id ("" too: an option's default, which argparse converts)
             return ResourceRef(parts[0])
         expected = ["projects", "locations", *([parent] if parent else []), collection]
         if len(parts) == 2 * len(expected) and parts[0::2] == expected and all(parts[1::2]):
@@ -393,3 +393,21 @@ def apply_resource_scope(args: argparse.Namespace) -> None:
                 )
             chosen, source = wanted, str(ref.full_name)
         setattr(args, option, chosen)
+
+
+RUNS = "machineLearningRuns"
+"""The collection of runs in full resource names."""
+
+run_argument = resource_argument(RUNS)
+"""An argparse type: a run's id or full name (``projects/P/locations/L/machineLearningRuns/ID``)."""
+
+
+def same_parent(ref: str, parent: str | None, option: str) -> str | None:
+    """The parent (run) of a nested resource argument: ``parent`` as given (by ``option``),
+    else the one in ``ref``'s full name; a :class:`UsageError` when both name one and they
+    differ."""
+    if not isinstance(ref, ResourceRef) or ref.parent is None:
+        return str(parent) if parent else None
+    if parent and str(parent) != ref.parent:
+        raise UsageError(f"{option} {parent} is not the run of {ref.full_name}")
+    return ref.parent

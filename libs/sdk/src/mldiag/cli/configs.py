@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from mldiag.api_client import JsonObject
-from mldiag.cli.common import Context, api_command_group, api_verb
+from mldiag.cli.common import Context, api_command_group, api_verb, run_argument
 from mldiag.cli.output import render_table
 
 
@@ -25,7 +25,7 @@ def _add_configs(verbs: Any, verb: Any) -> None:
         "The run's software, hardware and user configs with nested keys flattened to "
         "dotted ones; values keep their types (a string is quoted).",
     )
-    show.add_argument("run", metavar="RUN")
+    show.add_argument("run", metavar="RUN", type=run_argument)
     diff = verb(
         verbs,
         "diff",
@@ -35,8 +35,8 @@ def _add_configs(verbs: Any, verb: Any) -> None:
         "flattened to dotted ones (the API compares: 1 equals 1.0, true does not). "
         "Exit status 0 whether or not they differ.",
     )
-    diff.add_argument("run_a", metavar="RUN_A")
-    diff.add_argument("run_b", metavar="RUN_B")
+    diff.add_argument("run_a", metavar="RUN_A", type=run_argument)
+    diff.add_argument("run_b", metavar="RUN_B", type=run_argument)
     diff.add_argument("--all", action="store_true", help="list unchanged keys too")
 
 

@@ -12,7 +12,14 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from mldiag.api_client import JsonObject
-from mldiag.cli.common import api_command_group, api_verb
+from mldiag.cli.common import (
+    RUNS,
+    api_command_group,
+    api_verb,
+    resource_argument,
+    run_argument,
+    same_parent,
+)
 from mldiag.cli.output import add_json_flag, cell, render_fields, render_table, short_time
 
 if TYPE_CHECKING:
@@ -131,7 +138,7 @@ def _add_events_verbs(verbs: Any, verb: Verb) -> None:
         "The events the detector opened, of one run or of every run of the project, with "
         "the probable cause once the analyzer has reported.",
     )
-    listing.add_argument("--run", metavar="RUN", help="only this run's events")
+    listing.add_argument("--run", metavar="RUN", type=run_argument, help="only this run's events")
     listing.add_argument("--type", dest="event_type", metavar="TYPE", help="e.g. HANG")
     listing.add_argument("--state", choices=EVENT_STATES, type=str.upper)
     listing.add_argument(
@@ -152,8 +159,15 @@ def _add_events_verbs(verbs: Any, verb: Verb) -> None:
         _events_describe,
         "show one event with its evidence and analyzer reports",
     )
-    describe.add_argument("event", metavar="EVENT", help="event id, or its full name")
-    describe.add_argument("--run", metavar="RUN", help="the event's run (with an event id)")
+    describe.add_argument(
+        "event",
+        metavar="EVENT",
+        type=resource_argument("monitoredEvents", parent=RUNS),
+        help="event id, or its full name",
+    )
+    describe.add_argument(
+        "--run", metavar="RUN", type=run_argument, help="the event's run (with an event id)"
+    )
     add_json_flag(describe)
 
 
@@ -167,7 +181,7 @@ def add_goodput_verb(verbs: Any, verb: Verb) -> None:
         "The run's wall time split into productive step time and lost time: STARTUP, "
         "DATA_LOADING, CHECKPOINTING, DISRUPTIONS, EVENTS and UNACCOUNTED (docs/events.md).",
     )
-    goodput.add_argument("run", metavar="RUN")
+    goodput.add_argument("run", metavar="RUN", type=run_argument)
     add_json_flag(goodput)
 
 
@@ -200,14 +214,15 @@ def _events_list(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def _events_describe(ctx: Context, args: argparse.Namespace) -> int:
-    if "/" not in args.event and not args.run:
+    run = same_parent(args.event, args.run, "--run")
+    if not run:
         print(
             "mldiag events describe: error: give --run RUN with an event id"
             " (or the event's full name)",
             file=sys.stderr,
         )
         return _USAGE
-    event = ctx.client.get_event(args.event, run_id=args.run)
+    event = ctx.client.get_event(args.event, run_id=run)
     ctx.emit(event, lambda: describe_event(event))
     return 0
 

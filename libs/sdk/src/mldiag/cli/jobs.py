@@ -19,12 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from mldiag.api_client import JsonObject
-from mldiag.cli.common import Context, UsageError, add_global_options
+from mldiag.cli.common import Context, UsageError, add_global_options, resource_argument
 from mldiag.cli.output import cell, flatten, labels_cell, render_fields, render_table, short_time
+from mldiag.cli.progress import Progress, poll_until
 from mldiag.cli.resources import emit_cancelled, emit_deleted, emit_list, list_all, read_mapping
 from mldiag.credentials import resolve_token
-from mldiag.jobs import CUSTOM_JOBS, JobsClient
+from mldiag.jobs import CUSTOM_JOBS, TERMINAL_STATES, JobsClient
 from mldiag.packaging import PackagingError, build_wheel
+
+JOB = resource_argument(CUSTOM_JOBS)
+"""An argparse type: a custom job's id or full name."""
 
 POOL_KEYS: dict[str, str] = {
     "machine-type": "the machine type (machineSpec.machineType), e.g. e2-standard-4",
@@ -299,9 +303,9 @@ def add_jobs_commands(commands: Any) -> None:
         help="the location (gcloud's name for --location), e.g. us-central1",
     )
     help_text = "run custom training jobs (Vertex custom jobs, gcloud's shape)"
-    verbs = commands.add_parser("jobs", help=help_text, description=help_text).add_subparsers(
-        dest="verb", required=True, metavar="VERB"
-    )
+    verbs = commands.add_parser(
+        "jobs", help=help_text, description=help_text, aliases=["custom-jobs"]
+    ).add_subparsers(dest="verb", required=True, metavar="VERB")
 
     def verb(name: str, handler: Any, text: str, description: str = "") -> Any:
         parser = verbs.add_parser(
@@ -321,7 +325,9 @@ def add_jobs_commands(commands: Any) -> None:
         ("cancel", _cancel, "cancel a job (CANCELLING, then CANCELLED)"),
         ("delete", _delete, "delete an ended job"),
     ):
-        verb(name, handler, text).add_argument("job", metavar="JOB", help="id or full name")
+        verb(name, handler, text).add_argument(
+            "job", metavar="JOB", type=JOB, help="id or full name"
+        )
     logs = verb(
         "logs",
         _logs,
@@ -389,7 +395,7 @@ def _add_create(verb: Any) -> None:
 
 
 def _add_log_flags(parser: argparse.ArgumentParser, *, follow: bool) -> None:
-    parser.add_argument("job", metavar="JOB", help="id or full name")
+    parser.add_argument("job", metavar="JOB", type=JOB, help="id or full name")
     parser.add_argument("--replica", default="", help="e.g. workerpool1-0 [workerpool0-0]")
     parser.add_argument("--attempt", type=int, help="the attempt, 0 first [the latest]")
     parser.add_argument(
@@ -439,7 +445,9 @@ def _create(ctx: Context, args: argparse.Namespace) -> int:
             return 0
         if args.follow:
             _print_stream(client.follow_logs(name))
-        return _final(client.wait_job(name))
+        with Progress(f"job {_job_id(job)}", enabled=not ctx.quiet) as progress:
+            ended = poll_until(lambda: client.get_job(name), TERMINAL_STATES, progress)
+        return _final(ended)
 
 
 def _final(job: JsonObject) -> int:

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from mldiag.cli.common import add_global_options
+from mldiag.cli.common import add_global_options, run_argument
 from mldiag.cli.events import time_argument
 from mldiag.cli.output import dump
 
@@ -50,7 +50,7 @@ def add_logs_command(commands: Any) -> None:
         description="Print the lines a run's processes wrote, oldest first, as TIME HOST"
         " STREAM  text. --follow keeps printing as lines land until the run has ended.",
     )
-    parser.add_argument("run", metavar="RUN", help="the run's id or full name")
+    parser.add_argument("run", metavar="RUN", type=run_argument, help="the run's id or full name")
     parser.add_argument("--grep", default="", metavar="RE", help="lines matching this regex")
     parser.add_argument(
         "--since",

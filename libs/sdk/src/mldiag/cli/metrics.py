@@ -6,7 +6,14 @@ import argparse
 from typing import Any
 
 from mldiag.api_client import JsonObject
-from mldiag.cli.common import Context, UsageError, api_command_group, api_verb, positive
+from mldiag.cli.common import (
+    Context,
+    UsageError,
+    api_command_group,
+    api_verb,
+    positive,
+    run_argument,
+)
 from mldiag.cli.output import cell, labels_cell, render_table, short_time
 
 GROUP_BY = ("series", "host", "none")
@@ -20,10 +27,10 @@ def add_metrics_commands(commands: Any) -> None:
 
 def _add_metrics(verbs: Any, verb: Any) -> None:
     listing = verb(verbs, "list", _metrics_list, "the run's metrics with point counts")
-    listing.add_argument("run", metavar="RUN")
+    listing.add_argument("run", metavar="RUN", type=run_argument)
 
     latest = verb(verbs, "latest", _metrics_latest, "the latest value of every series")
-    latest.add_argument("run", metavar="RUN")
+    latest.add_argument("run", metavar="RUN", type=run_argument)
     latest.add_argument("metric", metavar="METRIC", nargs="*", help="only these metrics")
 
     get = verb(
@@ -34,7 +41,7 @@ def _add_metrics(verbs: Any, verb: Any) -> None:
         "Raw points in step order; with --buckets N at most N step buckets per line "
         "(min, max, mean, last, count, NaN count); with --latest the latest value per series.",
     )
-    get.add_argument("run", metavar="RUN")
+    get.add_argument("run", metavar="RUN", type=run_argument)
     get.add_argument("metric", metavar="METRIC")
     get.add_argument("--buckets", type=positive, metavar="N", help="downsample to N buckets")
     get.add_argument("--group-by", choices=GROUP_BY, help="lines of --buckets [series]")

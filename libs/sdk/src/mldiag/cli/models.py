@@ -12,7 +12,7 @@ import argparse
 from typing import Any
 
 from mldiag.api_client import ApiError, JsonObject
-from mldiag.cli.common import Context, UsageError
+from mldiag.cli.common import Context, UsageError, resource_argument
 from mldiag.cli.jobs import parse_key_values
 from mldiag.cli.output import cell, labels_cell, render_table, short_time
 from mldiag.cli.resources import (
@@ -28,6 +28,10 @@ from mldiag.cli.resources import (
     resource_id,
 )
 from mldiag.training_api import MODELS, ModelsClient, parse_resource_name
+
+MODEL = resource_argument(MODELS)
+"""An argparse type: a model's id (with ``@VERSION`` or ``@ALIAS`` where one is taken) or
+full name."""
 
 RPC_CODES = {
     1: "cancelled",
@@ -126,12 +130,14 @@ def add_models_commands(commands: Any) -> None:
         "show a model's version",
         "Show a model's version: MODEL (its default version), MODEL@VERSION or MODEL@ALIAS.",
     )
-    describe.add_argument("model", metavar="MODEL[@VERSION|@ALIAS]", help="id or full name")
+    describe.add_argument(
+        "model", metavar="MODEL[@VERSION|@ALIAS]", type=MODEL, help="id or full name"
+    )
     versions = verb("versions", _versions, "list a model's versions", aliases=("list-version",))
-    versions.add_argument("model", metavar="MODEL", help="id or full name")
+    versions.add_argument("model", metavar="MODEL", type=MODEL, help="id or full name")
     add_list_flags(versions, "versions", "labels.stage=prod")
     verb("delete", _delete, "delete a model and all its versions").add_argument(
-        "model", metavar="MODEL", help="id or full name"
+        "model", metavar="MODEL", type=MODEL, help="id or full name"
     )
     verb(
         "delete-version",
@@ -139,7 +145,7 @@ def add_models_commands(commands: Any) -> None:
         "delete one version of a model",
         "Delete one version, MODEL@VERSION. The default version cannot be deleted while"
         " other versions remain (move the default alias first).",
-    ).add_argument("model", metavar="MODEL@VERSION", help="e.g. 123@2, or a full name")
+    ).add_argument("model", metavar="MODEL@VERSION", type=MODEL, help="e.g. 123@2, or a full name")
 
 
 def _add_upload(verb: Verb) -> None:
@@ -157,7 +163,9 @@ def _add_upload(verb: Verb) -> None:
     upload.add_argument(
         "--container-image-uri", required=True, metavar="IMAGE", help="the serving image"
     )
-    upload.add_argument("--parent-model", metavar="MODEL", help="upload a new version of it")
+    upload.add_argument(
+        "--parent-model", metavar="MODEL", type=MODEL, help="upload a new version of it"
+    )
     upload.add_argument(
         "--version-aliases",
         action="append",

@@ -4,11 +4,18 @@ operations that run writes return."""
 from __future__ import annotations
 
 import argparse
+import math
+import sys
+import time
 from typing import Any
 
 from mldiag.api_client import JsonObject
-from mldiag.cli.common import Context, api_command_group, api_verb, positive
+from mldiag.cli.common import Context, api_command_group, api_verb, positive, resource_argument
 from mldiag.cli.output import cell, flatten, render_fields, render_table, short_time
+from mldiag.cli.progress import Progress
+
+OPERATION = resource_argument("operations")
+"""An argparse type: an operation's id or full name."""
 
 
 def add_operations_commands(commands: Any) -> None:
@@ -35,10 +42,12 @@ def _add_operations(verbs: Any, verb: Any) -> None:
         ("delete", _operations_delete, "forget an operation"),
     ):
         parser = verb(verbs, name, handler, help_text)
-        parser.add_argument("operation", metavar="OPERATION", help="id or full name")
+        parser.add_argument(
+            "operation", metavar="OPERATION", type=OPERATION, help="id or full name"
+        )
 
     wait = verb(verbs, "wait", _operations_wait, "wait until an operation is done")
-    wait.add_argument("operation", metavar="OPERATION", help="id or full name")
+    wait.add_argument("operation", metavar="OPERATION", type=OPERATION, help="id or full name")
     wait.add_argument("--timeout", default="", help="e.g. 10s [30s; the API caps it at 60s]")
 
 
@@ -56,9 +65,10 @@ def _operations_list(ctx: Context, args: argparse.Namespace) -> int:
     page = ctx.client.list_operations(
         filter=args.filter, page_size=args.page_size, page_token=args.page_token
     )
-    if args.all:
+    if args.all or args.limit:
+        # --limit follows pages until it has enough (gcloud's --limit), and no further.
         operations = list(page.get("operations", []))
-        while token := page.get("nextPageToken"):
+        while (token := page.get("nextPageToken")) and len(operations) < (args.limit or math.inf):
             page = ctx.client.list_operations(
                 filter=args.filter, page_size=args.page_size, page_token=token
             )
@@ -103,14 +113,53 @@ def _operations_describe(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
+DEFAULT_WAIT = "30s"
+"""How long ``operations wait`` waits without ``--timeout`` (the API's own default)."""
+
+MAX_WAIT_SECONDS = 60.0
+"""The longest the API holds one :wait call."""
+
+PROGRESS_SLICE_SECONDS = 2
+"""One :wait call's timeout while a progress line is shown (it refreshes after each)."""
+
+
+def _seconds(duration: str) -> float | None:
+    """``"5s"`` as 5.0; ``None`` for a duration this CLI does not read (the API judges it)."""
+    number = duration.removesuffix("s")
+    return float(number) if number.replace(".", "", 1).isdigit() else None
+
+
+def _wait_in_slices(ctx: Context, reference: str, seconds: float, progress: Progress) -> JsonObject:
+    """Wait for the operation in short :wait calls, showing the time waited, up to
+    ``seconds`` (capped at the API's 60 s, as one call would be)."""
+    deadline = time.monotonic() + min(seconds, MAX_WAIT_SECONDS)
+    while True:
+        remaining = deadline - time.monotonic()
+        wait = max(0.1, min(PROGRESS_SLICE_SECONDS, remaining))
+        operation = ctx.client.wait_operation(reference, timeout=f"{wait:.1f}s")
+        if operation.get("done") or remaining <= PROGRESS_SLICE_SECONDS:
+            return operation
+        progress.update("running")
+
+
 def _operations_wait(ctx: Context, args: argparse.Namespace) -> int:
+    reference = _operation_ref(args.operation)
     timeout = args.timeout
     if timeout and timeout.replace(".", "", 1).isdigit():
         timeout += "s"  # the API reads durations like "5s"
-    operation = ctx.client.wait_operation(_operation_ref(args.operation), timeout=timeout)
+    seconds = _seconds(timeout or DEFAULT_WAIT)
+    with Progress(f"operation {reference}", enabled=not ctx.quiet) as progress:
+        if seconds is None or not progress.in_place:
+            # One call, as the API holds it: no line to keep fresh on the way.
+            operation = ctx.client.wait_operation(reference, timeout=timeout)
+        else:
+            operation = _wait_in_slices(ctx, reference, seconds, progress)
     ctx.emit(operation, lambda: _operation_fields(operation))
     if not operation.get("done"):
-        print(f"error: not_done: operation {operation_id(operation)} is still running")
+        print(
+            f"error: not_done: operation {operation_id(operation)} is still running",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from mldiag.api_client import JsonObject
-from mldiag.cli.common import Context, UsageError
+from mldiag.cli.common import Context, UsageError, resource_argument
 from mldiag.cli.jobs import merge_labels
 from mldiag.cli.output import cell, labels_cell, short_time
+from mldiag.cli.progress import Progress, poll_until
 from mldiag.cli.resources import (
     Verb,
     add_list_flags,
@@ -37,7 +38,13 @@ from mldiag.cli.resources import (
     read_config,
     resource_id,
 )
-from mldiag.training_api import CUSTOM_TASK, PIPELINES, TUNING_TASK, PipelinesClient
+from mldiag.training_api import (
+    CUSTOM_TASK,
+    PIPELINES,
+    TERMINAL_PIPELINE_STATES,
+    TUNING_TASK,
+    PipelinesClient,
+)
 
 TUNING_TASK_KEYS = (
     "studySpec",
@@ -120,7 +127,10 @@ def add_pipelines_commands(commands: Any) -> None:
         ("delete", _delete, "delete an ended training pipeline"),
     ):
         verb(name, handler, text).add_argument(
-            "pipeline", metavar="TRAINING_PIPELINE", help="id or full name"
+            "pipeline",
+            metavar="TRAINING_PIPELINE",
+            type=resource_argument(PIPELINES),
+            help="id or full name",
         )
 
 
@@ -166,7 +176,12 @@ def _create(ctx: Context, args: argparse.Namespace) -> int:
         )
         if not args.wait:
             return 0
-        ended = client.wait_pipeline(str(pipeline.get("name", "")))
+        name = str(pipeline.get("name", ""))
+        what = f"training pipeline {resource_id(pipeline)}"
+        with Progress(what, enabled=not ctx.quiet) as progress:
+            ended = poll_until(
+                lambda: client.get_pipeline(name), TERMINAL_PIPELINE_STATES, progress
+            )
     code = final_status(ended, "training pipeline", "PIPELINE_STATE_SUCCEEDED")
     model = ended.get("modelToUpload")
     if code == 0 and isinstance(model, dict) and model.get("name"):

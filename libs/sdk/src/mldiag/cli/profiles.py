@@ -18,10 +18,18 @@ import webbrowser
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from mldiag.api_client import JsonObject, XProfClient, xprof_link
-from mldiag.cli.common import api_command_group, api_verb
+from mldiag.api_client import ApiError, JsonObject, XProfClient, xprof_link
+from mldiag.cli.common import (
+    RUNS,
+    api_command_group,
+    api_verb,
+    resource_argument,
+    run_argument,
+    same_parent,
+)
 from mldiag.cli.events import duration
 from mldiag.cli.output import add_json_flag, cell, render_fields, render_table, short_time
+from mldiag.cli.progress import Progress
 from mldiag.credentials import resolve_api_url, resolve_token
 
 if TYPE_CHECKING:
@@ -31,11 +39,17 @@ if TYPE_CHECKING:
 
     Verb = Callable[..., argparse.ArgumentParser]
 
+SESSION = resource_argument("profilerSessions", parent=RUNS)
+"""An argparse type: a profiler session's id, or its full name (under its run)."""
+
 MAX_CAPTURE_SECONDS = 300.0
 """The longest capture the API takes (``CaptureProfileRequest.durationSeconds``)."""
 
 WAIT_SLICE_SECONDS = 20
 """One ``:wait`` call's timeout: the server holds it that long, under the client's timeout."""
+
+PROGRESS_SLICE_SECONDS = 2
+"""One :wait call's timeout while a progress line is shown (it refreshes after each)."""
 
 SESSION_COLUMNS = ("SESSION ID", "KIND", "PHASE", "HOSTS", "DURATION", "CREATED", "DASHBOARD")
 """The columns of ``mldiag profiles list``."""
@@ -144,7 +158,7 @@ def add_profiles_commands(commands: Any) -> None:
 def _add_profiles_verbs(verbs: Any, verb: Verb) -> None:
     """``profiles list``, ``profiles describe`` and ``profiles capture``."""
     listing = verb(verbs, "list", _profiles_list, "list a run's profiler sessions (newest first)")
-    listing.add_argument("run", metavar="RUN")
+    listing.add_argument("run", metavar="RUN", type=run_argument)
     listing.add_argument("--page-size", type=int, help="sessions per page")
     listing.add_argument("--page-token", default="", help="continue from a page")
     listing.add_argument("--all", action="store_true", help="follow every page")
@@ -156,8 +170,8 @@ def _add_profiles_verbs(verbs: Any, verb: Verb) -> None:
         _profiles_describe,
         "show one session: its hosts with their phases and files, and its link",
     )
-    describe.add_argument("run", metavar="RUN")
-    describe.add_argument("session", metavar="SESSION")
+    describe.add_argument("run", metavar="RUN", type=run_argument)
+    describe.add_argument("session", metavar="SESSION", type=SESSION)
     _add_xprof_url(describe)
     add_json_flag(describe)
 
@@ -170,7 +184,7 @@ def _add_profiles_verbs(verbs: Any, verb: Verb) -> None:
         "--duration into a new ON_DEMAND session. Prints the capture's operation; with "
         "--wait, waits for it and prints the session (exit 1 if the capture failed).",
     )
-    capture.add_argument("run", metavar="RUN")
+    capture.add_argument("run", metavar="RUN", type=run_argument)
     capture.add_argument(
         "--duration", type=capture_duration, default=2.0, help="e.g. 2s, 500ms, 1m [2s]"
     )
@@ -212,7 +226,7 @@ def _add_targets_verbs(verbs: Any, verb: Verb) -> None:
         _targets_list,
         "list a run's profiler targets (its processes' profiler servers)",
     )
-    listing.add_argument("run", metavar="RUN")
+    listing.add_argument("run", metavar="RUN", type=run_argument)
     add_json_flag(listing)
 
 
@@ -226,7 +240,7 @@ def _add_xprof_verbs(verbs: Any, verb: Verb) -> None:
         "Start (or reuse) an XProf instance serving every session of the runs given, "
         "reached through the provisioner's proxy.",
     )
-    deploy.add_argument("runs", metavar="RUN", nargs="+")
+    deploy.add_argument("runs", metavar="RUN", nargs="+", type=run_argument)
     listing = verb(verbs, "list", _xprof_list, "list XProf instances")
     delete = verb(verbs, "delete", _xprof_delete, "stop an XProf instance")
     delete.add_argument("instance", metavar="INSTANCE", help="instance id, or its name")
@@ -240,8 +254,8 @@ def _add_xprof_verbs(verbs: Any, verb: Verb) -> None:
         "your API token (the provisioner turns it into a cookie); the printed link carries "
         "none.",
     )
-    opening.add_argument("run", metavar="RUN")
-    opening.add_argument("session", metavar="SESSION", nargs="?")
+    opening.add_argument("run", metavar="RUN", type=run_argument)
+    opening.add_argument("session", metavar="SESSION", nargs="?", type=SESSION)
     opening.add_argument("--no-browser", action="store_true", help="only print the link")
     for parser in (deploy, listing, delete, opening):
         _add_xprof_url(parser)
@@ -389,6 +403,7 @@ def _session_link(args: argparse.Namespace, run_id: str, session_id: str) -> str
 
 
 def _profiles_describe(ctx: Context, args: argparse.Namespace) -> int:
+    same_parent(args.session, args.run, "RUN")
     session = ctx.client.get_profiler_session(args.run, args.session)
     link = _session_link(args, args.run, args.session)
     ctx.emit(session, lambda: describe_session(session, link))
@@ -414,18 +429,40 @@ def _capture_started(operation: JsonObject, args: argparse.Namespace) -> str:
     )
 
 
-def _wait_until_done(ctx: Context, operation: JsonObject, timeout: float) -> JsonObject:
-    """The operation once done, or as it stands after ``timeout`` seconds."""
+def _wait_until_done(ctx: Context, operation: JsonObject, timeout: float, run: str) -> JsonObject:
+    """The operation once done, or as it stands after ``timeout`` seconds; on the way, a
+    progress line with the session's per-host phases (for ``table`` output only)."""
     operation_id = _last_segment(operation.get("name"))
+    session_id = _last_segment((operation.get("metadata") or {}).get("target"))
     deadline = time.monotonic() + timeout
-    while not operation.get("done"):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        # One :wait at a time, each shorter than the client's own timeout.
-        wait = f"{max(1, min(WAIT_SLICE_SECONDS, int(remaining)))}s"
-        operation = ctx.client.wait_operation(operation_id, timeout=wait)
+    with Progress(f"capture {operation_id}", enabled=not ctx.quiet) as progress:
+        # A line rewritten in place is kept fresh by shorter :wait calls.
+        slice_seconds = PROGRESS_SLICE_SECONDS if progress.in_place else WAIT_SLICE_SECONDS
+        while not operation.get("done"):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if progress.due():
+                progress.update(_capture_status(ctx, run, session_id))
+            # One :wait at a time, each shorter than the client's own timeout.
+            wait = f"{max(1, min(slice_seconds, int(remaining)))}s"
+            operation = ctx.client.wait_operation(operation_id, timeout=wait)
     return operation
+
+
+def _capture_status(ctx: Context, run: str, session_id: str) -> str:
+    """``RUNNING``, with each host's phase once the session lists them (``host-a ACTIVE,
+    host-b SUCCEEDED``)."""
+    if not session_id:
+        return "RUNNING"
+    try:
+        session = ctx.client.get_profiler_session(run, session_id)
+    except ApiError:
+        return "RUNNING"  # not written yet: the provisioner is still starting it
+    hosts = ", ".join(
+        f"{host.get('host', '?')} {host.get('phase', '?')}" for host in session.get("hosts", [])
+    )
+    return f"{session.get('phase', 'RUNNING')}; {hosts}" if hosts else "RUNNING"
 
 
 def _profiles_capture(ctx: Context, args: argparse.Namespace) -> int:
@@ -433,7 +470,7 @@ def _profiles_capture(ctx: Context, args: argparse.Namespace) -> int:
     if not args.wait:
         ctx.emit(started, lambda: _capture_started(started, args))
         return 0
-    operation = _wait_until_done(ctx, started, args.timeout)
+    operation = _wait_until_done(ctx, started, args.timeout, args.run)
     operation_id = _last_segment(operation.get("name"))
     if not operation.get("done"):
         ctx.emit(operation, lambda: _capture_started(operation, args))
@@ -565,6 +602,8 @@ def _newest_landed_session(ctx: Context, run_id: str) -> str | None:
 
 
 def _xprof_open(ctx: Context, args: argparse.Namespace) -> int:
+    if args.session:
+        same_parent(args.session, args.run, "RUN")
     session = args.session or _newest_landed_session(ctx, args.run)
     if session is None:
         print(

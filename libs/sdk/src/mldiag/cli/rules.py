@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from mldiag.api_client import JsonObject
-from mldiag.cli.common import api_command_group, api_verb
+from mldiag.cli.common import api_command_group, api_verb, run_argument
 from mldiag.cli.output import cell, render_table
 
 if TYPE_CHECKING:
@@ -97,7 +97,9 @@ def add_rules_commands(commands: Any) -> None:
 def _add_rules_verbs(verbs: Any, verb: Verb) -> None:
     """``rules show`` and ``rules set``."""
     show = verb(verbs, "show", _rules_show, "show the overrides of the detection rules")
-    show.add_argument("--run", metavar="RUN", help="a run's overrides [the project's]")
+    show.add_argument(
+        "--run", metavar="RUN", type=run_argument, help="a run's overrides [the project's]"
+    )
 
     change = verb(
         verbs,
@@ -111,7 +113,9 @@ def _add_rules_verbs(verbs: Any, verb: Verb) -> None:
     change.add_argument(
         "settings", metavar="RULE.NAME=VALUE", nargs="*", type=setting_argument, default=[]
     )
-    change.add_argument("--run", metavar="RUN", help="one run's overrides [the project's]")
+    change.add_argument(
+        "--run", metavar="RUN", type=run_argument, help="one run's overrides [the project's]"
+    )
     change.add_argument(
         "--unset",
         action="append",

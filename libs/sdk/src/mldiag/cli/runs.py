@@ -5,6 +5,7 @@ delete runs, and (from :mod:`mldiag.cli.events`) their goodput.
 from __future__ import annotations
 
 import argparse
+import itertools
 from typing import Any
 
 from mldiag.api_client import JsonObject
@@ -17,6 +18,7 @@ from mldiag.cli.common import (
     key_value,
     nest,
     positive,
+    run_argument,
 )
 from mldiag.cli.events import add_goodput_verb
 from mldiag.cli.operations import operation_id
@@ -70,7 +72,7 @@ def _add_runs(verbs: Any, verb: Any) -> None:
     listing.add_argument("--all", action="store_true", help="follow every page")
 
     describe = verb(verbs, "describe", _runs_describe, "show one run")
-    describe.add_argument("run", metavar="RUN")
+    describe.add_argument("run", metavar="RUN", type=run_argument)
 
     update = verb(
         verbs,
@@ -81,7 +83,7 @@ def _add_runs(verbs: Any, verb: Any) -> None:
         "etag is refused with etag_mismatch. --label and --remove-label edit the labels "
         "the run has.",
     )
-    update.add_argument("run", metavar="RUN")
+    update.add_argument("run", metavar="RUN", type=run_argument)
     update.add_argument("--etag", help="the etag read [read now]")
     update.add_argument("--display-name")
     update.add_argument("--run-set")
@@ -100,7 +102,7 @@ def _add_runs(verbs: Any, verb: Any) -> None:
     update.add_argument("--workload-id", help="the workload (needed to resume)")
 
     delete = verb(verbs, "delete", _runs_delete, "delete a run (soft: its id stays taken)")
-    delete.add_argument("run", metavar="RUN")
+    delete.add_argument("run", metavar="RUN", type=run_argument)
     delete.add_argument("--etag", default="", help="refuse if the run changed since this etag")
 
     add_goodput_verb(verbs, verb)
@@ -158,11 +160,10 @@ def run_row(run: JsonObject) -> tuple[str, ...]:
 
 def _runs_list(ctx: Context, args: argparse.Namespace) -> int:
     query = {"filter": args.filter, "order_by": args.order_by, "page_size": args.page_size}
-    if args.all:
-        page: JsonObject = {
-            "machineLearningRuns": list(ctx.client.iter_runs(**query)),
-            "nextPageToken": "",
-        }
+    if args.all or args.limit:
+        # --limit follows pages until it has enough (gcloud's --limit), and no further.
+        runs = itertools.islice(ctx.client.iter_runs(**query), args.limit)
+        page: JsonObject = {"machineLearningRuns": list(runs), "nextPageToken": ""}
     else:
         page = ctx.client.list_runs(**query, page_token=args.page_token)
     runs = page.get("machineLearningRuns", [])

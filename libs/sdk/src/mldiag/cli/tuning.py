@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from mldiag.api_client import JsonObject
-from mldiag.cli.common import Context, UsageError
+from mldiag.cli.common import Context, UsageError, resource_argument
 from mldiag.cli.jobs import merge_labels
 from mldiag.cli.output import cell, flatten, labels_cell, render_fields, render_table, short_time
+from mldiag.cli.progress import Progress, poll_until
 from mldiag.cli.resources import (
     Verb,
     add_list_flags,
@@ -33,6 +34,7 @@ from mldiag.cli.resources import (
     read_config,
     resource_id,
 )
+from mldiag.jobs import TERMINAL_STATES
 from mldiag.training_api import TUNING_JOBS, TuningJobsClient
 
 ALGORITHMS: dict[str, str] = {
@@ -97,7 +99,10 @@ def add_tuning_commands(commands: Any) -> None:
         ("delete", _delete, "delete an ended tuning job"),
     ):
         verb(name, handler, text).add_argument(
-            "tuning_job", metavar="HP_TUNING_JOB", help="id or full name"
+            "tuning_job",
+            metavar="HP_TUNING_JOB",
+            type=resource_argument(TUNING_JOBS),
+            help="id or full name",
         )
 
 
@@ -167,7 +172,9 @@ def _create(ctx: Context, args: argparse.Namespace) -> int:
         )
         if not args.wait:
             return 0
-        ended = client.wait_tuning_job(str(job.get("name", "")))
+        name = str(job.get("name", ""))
+        with Progress(f"tuning job {resource_id(job)}", enabled=not ctx.quiet) as progress:
+            ended = poll_until(lambda: client.get_tuning_job(name), TERMINAL_STATES, progress)
     return final_status(ended, "tuning job", "JOB_STATE_SUCCEEDED")
 
 
