@@ -113,7 +113,7 @@ def _import_mlflow(context: Context, args: argparse.Namespace) -> int:
 
 
 def _write_all(context: Context, args: argparse.Namespace, runs: Iterable[SourceRun]) -> int:
-    token = resolve_token(getattr(args, "token", None))
+    token = resolve_token(getattr(args, "token", None), api_url=context.client.base_url)
     url = args.ingestion_url or os.environ.get("MLDIAG_INGESTION_URL") or context.client.base_url
     reports: list[RunReport] = []
     table = context.output_format == "table"

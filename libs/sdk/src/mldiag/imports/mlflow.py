@@ -61,13 +61,22 @@ JsonObject = dict[str, Any]
 
 
 class MlflowClient:
-    """The few read calls of MLflow's REST API the importer needs."""
+    """The few read calls of MLflow's REST API the importer needs; ``page_size`` and
+    ``history_page_size`` bound what one call asks for (every page is followed)."""
 
     def __init__(
-        self, tracking_uri: str, *, token: str | None = None, timeout: float = 30.0
+        self,
+        tracking_uri: str,
+        *,
+        token: str | None = None,
+        timeout: float = 30.0,
+        page_size: int = PAGE_SIZE,
+        history_page_size: int = HISTORY_PAGE_SIZE,
     ) -> None:
         self.tracking_uri = tracking_uri.rstrip("/")
         """The tracking server's base URL."""
+        self._page_size = page_size
+        self._history_page_size = history_page_size
         headers = {"User-Agent": "mldiag-import"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -106,7 +115,7 @@ class MlflowClient:
         found: list[JsonObject] = []
         token = ""
         while True:
-            body: JsonObject = {"max_results": PAGE_SIZE}
+            body: JsonObject = {"max_results": self._page_size}
             if token:
                 body["page_token"] = token
             page = self._call("POST", "experiments/search", json=body)
@@ -132,7 +141,10 @@ class MlflowClient:
         """The experiment's active runs (deleted runs are left out), page by page."""
         token = ""
         while True:
-            body: JsonObject = {"experiment_ids": [experiment_id], "max_results": PAGE_SIZE}
+            body: JsonObject = {
+                "experiment_ids": [experiment_id],
+                "max_results": self._page_size,
+            }
             if token:
                 body["page_token"] = token
             page = self._call("POST", "runs/search", json=body)
@@ -149,7 +161,7 @@ class MlflowClient:
             params: dict[str, str | int] = {
                 "run_id": run_id,
                 "metric_key": key,
-                "max_results": HISTORY_PAGE_SIZE,
+                "max_results": self._history_page_size,
             }
             if token:
                 params["page_token"] = token
