@@ -15,6 +15,7 @@ import mldiag
 from mldiag.config import Mode, ModeError, resolve_mode
 from mldiag.offline import MANIFEST, offline_root
 from mldiag.spool import Spool
+from sdk.fake_platform import FakePlatform
 
 
 @pytest.fixture(autouse=True)
@@ -139,3 +140,32 @@ def test_offline_writes_manifest_and_batches_and_sends_nothing(tmp_path: Path) -
     assert steps == list(range(10))
     assert len({body["batchId"] for body in bodies}) == len(bodies) > 1
     assert not (tmp_path / "offline-unit").exists()  # not where online replays look
+
+
+def test_an_online_run_never_replays_an_offline_runs_batches(
+    platform: FakePlatform, tmp_path: Path
+) -> None:
+    offline = mldiag.init(
+        run_id="kept-for-sync",
+        mode="offline",
+        spool_dir=tmp_path,
+        handle_exit=False,
+        log_system_metrics=False,
+    )
+    offline.log({"offline_loss": 1.0})
+    offline.finish()
+    online = mldiag.init(
+        run_id="online-after",
+        api_url=platform.url,
+        ingestion_url=platform.url,
+        spool_dir=tmp_path,
+        replay_all=True,
+        handle_exit=False,
+        log_system_metrics=False,
+        flush_interval=0.05,
+    )
+    online.log({"loss": 1.0})
+    assert online.finish() is True
+    assert platform.received.points("loss") == [("loss", 0, 1.0)]
+    assert platform.received.points("offline_loss") == []
+    assert len(_batches(offline_root(tmp_path) / "kept-for-sync", "kept-for-sync")) == 1
