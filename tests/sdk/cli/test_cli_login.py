@@ -3,7 +3,11 @@ before it is kept, the CLI then finds the platform by it alone, and no token is 
 
 import io
 import json
+import os
+import pty
 import stat
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -136,3 +140,34 @@ def test_local_login_needs_a_running_stack(mldiag: Mldiag, tmp_path: Path) -> No
     result = mldiag("login", "--local")
     assert result.code == 1
     assert f"no stack is running in {tmp_path / 'mldiag-home'}" in result.err
+
+
+def test_the_token_is_asked_for_on_a_terminal_without_echo(
+    platform: Platform, config_dir: Path
+) -> None:
+    main, child = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mldiag.cli", "login", platform.api_url],
+        stdin=child,
+        stdout=child,
+        stderr=child,
+        env={**os.environ, "MLDIAG_CONFIG_DIR": str(config_dir)},
+        # No controlling terminal: getpass then asks on stdin (this pseudo-terminal), never
+        # on the terminal pytest may have been started from.
+        start_new_session=True,
+    )
+    os.close(child)
+    seen = b""
+    while b"API token for" not in seen:
+        seen += os.read(main, 1024)
+    os.write(main, platform.tokens.viewer.encode() + b"\n")
+    assert process.wait(timeout=30) == 0
+    try:
+        while chunk := os.read(main, 1024):
+            seen += chunk
+    except OSError:  # EIO: the child side is closed
+        pass
+    os.close(main)
+    assert f"API token for {platform.api_url}: ".encode() in seen
+    assert platform.tokens.viewer.encode() not in seen  # getpass does not echo it
+    assert _stored(config_dir) == {"api_url": platform.api_url, "token": platform.tokens.viewer}
