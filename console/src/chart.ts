@@ -108,7 +108,7 @@ interface Built {
   meanIndex: number[];
   /** Points left out of a log chart: ≤ 0 or infinite. */
   droppedForLog: number;
-  /** The lowest and highest value drawn (a log chart's range comes from them). */
+  /** The lowest and highest value drawn (a log chart's range comes from them; log10 there). */
   extent: [number, number] | null;
 }
 
@@ -142,9 +142,11 @@ function build(lines: ChartLine[], mode: XMode, look: Look): Built {
   let droppedForLog = 0;
   const forScale = (values: (number | null)[], counted: boolean): (number | null)[] => {
     if (!look.logScale) return values;
+    // Drawn as log10 on a linear scale, not uPlot's log scale: that one gives up on values
+    // past 17 digits, and a diverging run's loss reaches 1e36.
     const kept = positiveOnly(values);
     if (counted) droppedForLog += kept.dropped;
-    return kept.values;
+    return kept.values.map((value) => (value === null ? null : Math.log10(value)));
   };
   for (const line of lines) {
     const mean: (number | null)[] = new Array<number | null>(xs.length).fill(null);
@@ -424,9 +426,10 @@ export class MetricChart {
   private uplotOptions(built: Built): uPlot.Options {
     const time = this.xMode === "time";
     const log = this.look.logScale;
-    const decades = (): ReturnType<typeof decadeTicks> => {
-      const extent = this.built?.extent;
-      return extent ? decadeTicks(extent[0], extent[1]) : decadeTicks(NaN, NaN);
+    const decades = (): { range: [number, number]; ticks: number[] } => {
+      const extent = this.built?.extent; // log10 of the values
+      const { range, ticks } = extent ? decadeTicks(10 ** extent[0], 10 ** extent[1]) : decadeTicks(NaN, NaN);
+      return { range: [Math.log10(range[0]), Math.log10(range[1])], ticks: ticks.map(Math.log10) };
     };
     return {
       width: this.width(),
@@ -450,7 +453,7 @@ export class MetricChart {
             return [min, max];
           },
         },
-        ...(log ? { y: { distr: 3, log: 10, range: (): uPlot.Range.MinMax => decades().range } } : {}),
+        ...(log ? { y: { range: (): uPlot.Range.MinMax => decades().range } } : {}),
       },
       axes: [
         {
@@ -466,7 +469,7 @@ export class MetricChart {
           stroke: "#6b7280",
           grid: { stroke: "#eef0f3", width: 1 },
           ticks: { stroke: "#e5e7eb", width: 1 },
-          values: (_u: uPlot, splits: number[]) => splits.map(formatTick),
+          values: (_u: uPlot, splits: number[]) => splits.map((tick) => formatTick(log ? 10 ** tick : tick)),
           ...(log ? { splits: () => decades().ticks } : {}),
           size: 46,
           font: "11px system-ui, sans-serif",
@@ -566,7 +569,8 @@ export class MetricChart {
     }
     const xText = this.xMode === "time" ? new Date(x * 1000).toLocaleTimeString(undefined, { hour12: false }) : `step ${x}`;
     const values = built.meanIndex.map((series, line) => {
-      const value = built.data[series]?.[i];
+      const drawn = built.data[series]?.[i];
+      const value = this.look.logScale && typeof drawn === "number" ? 10 ** drawn : drawn;
       const label = this.lines.length > 1 ? `${this.lines[line]?.label ?? ""} ` : "";
       return value === null || value === undefined ? null : `${label}${formatNumber(value)}`;
     });

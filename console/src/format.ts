@@ -50,6 +50,7 @@ export function formatNumber(value: number | null | undefined, digits = 4): stri
 export function formatTick(value: number): string {
   const abs = Math.abs(value);
   if (abs === 0) return "0";
+  if (abs >= 1e12) return value.toExponential(0).replace("+", ""); // "1e36": a diverged run's axis
   if (abs >= 1e9) return `${trim(value / 1e9)}G`;
   if (abs >= 1e6) return `${trim(value / 1e6)}M`;
   if (abs >= 1e4) return `${trim(value / 1e3)}k`;

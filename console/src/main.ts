@@ -132,7 +132,7 @@ function route(): void {
       show(runPage(session, scope, next.runId, `#/runs/${encodeURIComponent(next.runId)}`, next.tab, next.query), next.runId);
       return;
     case "compare":
-      show({ el: comparePage(session, scope, next.runs) }, "Compare");
+      show({ el: comparePage(session, scope, next.runs, next.query) }, "Compare");
       return;
     case "jobs":
       show({ el: jobsPage(session, scope, next.query) }, "Jobs");

@@ -12,7 +12,7 @@ export type Route =
   | { page: "signin" }
   | { page: "runs"; query: URLSearchParams }
   | { page: "run"; runId: string; tab: Tab; query: URLSearchParams }
-  | { page: "compare"; runs: string[] }
+  | { page: "compare"; runs: string[]; query: URLSearchParams }
   | { page: "share"; token: string; tab: Tab; query: URLSearchParams }
   | { page: "jobs"; query: URLSearchParams }
   | { page: "job"; jobId: string; query: URLSearchParams }
@@ -45,7 +45,7 @@ export function parseHash(hash: string): Route {
   }
   if (first === "compare") {
     const runs = (query.get("runs") ?? "").split(",").map((r) => r.trim()).filter(Boolean);
-    return { page: "compare", runs };
+    return { page: "compare", runs, query };
   }
   if (first === "jobs" && second === undefined) return { page: "jobs", query };
   if (first === "jobs" && second !== undefined && parts.length === 2) return { page: "job", jobId: second, query };

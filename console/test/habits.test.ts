@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { csvField, csvFileName, csvNumber, toCsv } from "../src/csv";
+import { formatTick } from "../src/format";
 import { markdownTitle, renderMarkdown, runbookLink } from "../src/markdown";
 import { parseHash } from "../src/router";
 import { decadeTicks, positiveOnly } from "../src/scales";
@@ -58,6 +59,12 @@ test("log ticks are the powers of ten around the values", () => {
   assert.deepEqual(decadeTicks(2, 3), { range: [1, 10], ticks: [1, 10] });
   assert.deepEqual(decadeTicks(1e-6, 1e6).ticks, [1e-6, 1e-4, 1e-2, 1, 1e2, 1e4, 1e6]); // sparser past seven
   assert.deepEqual(decadeTicks(0, 5).ticks, [0.1, 1, 10]); // nothing placeable: a default decade
+});
+
+test("huge ticks (a diverged run's axis) are written as powers of ten", () => {
+  assert.equal(formatTick(1e36), "1e36");
+  assert.equal(formatTick(-2e15), "-2e15");
+  assert.equal(formatTick(3e9), "3G");
 });
 
 test("a log axis drops values it cannot place and counts them", () => {

@@ -21,6 +21,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from console.helpers import (
+    ALPHA,
     UNSTABLE,
     Pages,
     Platform,
@@ -201,3 +202,16 @@ def test_a_runbook_opens_signed_out_and_an_unknown_one_says_not_found(
     expect(page.locator("[data-testid=runbook] h1")).to_contain_text("hang", ignore_case=True)
     missing = pages.open(None, "#/runbooks/no-such-runbook")
     expect(missing.get_by_test_id("error")).to_have_attribute("data-code", "not_found")
+
+
+def test_the_compare_page_shares_the_controls_and_keeps_its_runs_in_the_url(
+    habits: Platform, pages: Pages
+) -> None:
+    page = pages.open(habits.viewer, f"#/compare?runs={RUN},{ALPHA}&y=log")
+    loss = chart(page, "loss")
+    expect(loss).to_have_attribute("data-y-scale", "log")
+    page.get_by_test_id("smoothing").fill("0.5")
+    expect(loss).to_have_attribute("data-smoothing", "0.5")
+    assert f"runs={RUN},{ALPHA}" in page.url
+    assert "smooth=0.5" in page.url
+    assert "y=log" in page.url

@@ -1,11 +1,12 @@
-// Compare runs: every metric they share as one chart with a line per run, and how their
-// configs differ from the first run's.
+// Compare runs: every metric they share as one chart with a line per run (smoothing and log y
+// for all at once, in the URL), and how their configs differ from the first run's.
 
 import { type ChartLine, type LoadRequest, lineColor, MetricChart } from "../chart";
 import { classify, SECTIONS } from "../classify";
 import { formatJson } from "../format";
 import { h, replace } from "../h";
-import { runHref } from "../router";
+import { lookControls } from "../look";
+import { compareHref, replaceHash, runHref } from "../router";
 import type { Scope } from "../scope";
 import type { Session } from "../session";
 import { mergeDiffs } from "../diff";
@@ -13,7 +14,7 @@ import type { ConfigDifference, ConfigsDiffResponse, DownsampleMetricResponse, M
 import { empty, errorBox, loading, stateBadge } from "../ui";
 import { runPath } from "./run";
 
-export function comparePage(session: Session, scope: Scope, runIds: string[]): HTMLElement {
+export function comparePage(session: Session, scope: Scope, runIds: string[], query = new URLSearchParams()): HTMLElement {
   const page = h("div", { class: "page compare-page" }, h("div", { class: "page-head" }, h("h2", {}, "Compare runs")));
   if (runIds.length < 2) {
     page.append(empty("Pick two runs or more in the runs table to compare them."), h("a", { href: "#/runs" }, "← Runs"));
@@ -28,11 +29,16 @@ export function comparePage(session: Session, scope: Scope, runIds: string[]): H
   scope.add(() => charts.forEach((chart) => chart.dispose()));
   let names = new Map<string, string>(runIds.map((id) => [id, id]));
   const colors = new Map(runIds.map((id, i) => [id, lineColor(i)]));
+  const look = lookControls(query, (next) => {
+    const params = new URLSearchParams(look.params()).toString();
+    replaceHash(compareHref(runIds) + (params ? `&${params}` : ""));
+    charts.forEach((chart) => chart.setLook(next));
+  });
 
   page.append(
     runsSlot,
     h("section", { class: "card" }, h("div", { class: "card-head" }, h("h3", {}, "Configs"), h("span", { class: "spacer" }), h("label", { class: "inline" }, unchanged, " show unchanged")), diffSlot),
-    h("div", { class: "toolbar" }, h("h3", {}, "Metrics"), h("span", { class: "spacer" }), h("span", { class: "muted hint" }, "drag to zoom · double-click to reset")),
+    h("div", { class: "toolbar" }, h("h3", {}, "Metrics"), look.el, h("span", { class: "spacer" }), h("span", { class: "muted hint" }, "drag to zoom · double-click to reset")),
     chartsSlot,
   );
 
@@ -89,7 +95,7 @@ export function comparePage(session: Session, scope: Scope, runIds: string[]): H
           "div",
           { class: "chart-grid" },
           mine.map((name) => {
-            const chart = new MetricChart({ metric: name, loader: loader(name) });
+            const chart = new MetricChart({ metric: name, loader: loader(name), ...look.look(), csvName: "compare" });
             charts.set(name, chart);
             return chart.el;
           }),

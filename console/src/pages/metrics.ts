@@ -7,7 +7,7 @@ import { type ChartLine, type LoadRequest, lineColor, MetricChart, type XMode } 
 import { classify, SECTIONS, type Section } from "../classify";
 import { h, replace } from "../h";
 import { replaceHash } from "../router";
-import { initialSmoothing, MAX_SMOOTHING, rememberSmoothing } from "../smoothing";
+import { lookControls } from "../look";
 import type { Scope } from "../scope";
 import { Throttle } from "../throttle";
 import type { DownsampleMetricResponse, GroupBy, MetricSummary } from "../types";
@@ -17,8 +17,10 @@ import { runPath, tabHref, type RunView } from "./run";
 export function metricsTab(view: RunView, scope: Scope, query: URLSearchParams): HTMLElement {
   let xMode: XMode = query.get("x") === "time" ? "time" : "step";
   let groupBy: GroupBy = query.get("hosts") === "1" ? "host" : "none";
-  let smoothing = initialSmoothing(query, localStorage);
-  let logScale = query.get("y") === "log";
+  const look = lookControls(query, (next) => {
+    syncControls();
+    charts.forEach((chart) => chart.setLook(next));
+  });
   const charts = new Map<string, MetricChart>();
   const hostColors = new Map<string, string>();
   scope.add(() => charts.forEach((chart) => chart.dispose()));
@@ -67,43 +69,13 @@ export function metricsTab(view: RunView, scope: Scope, query: URLSearchParams):
     },
   });
 
-  const smoothingValue = h("output", { class: "smoothing-value", testid: "smoothing-value" });
-  const smoothingInput = h("input", {
-    type: "range",
-    min: "0",
-    max: String(MAX_SMOOTHING),
-    step: "0.01",
-    value: String(smoothing),
-    testid: "smoothing",
-    title: "Exponential moving average, debiased (0: raw); the raw line stays faint behind",
-    oninput: () => {
-      smoothing = Number(smoothingInput.value);
-      rememberSmoothing(smoothing, localStorage);
-      syncControls();
-      charts.forEach((chart) => chart.setLook({ smoothing, logScale }));
-    },
-  });
-  const logToggle = h("input", {
-    type: "checkbox",
-    testid: "log-scale-toggle",
-    checked: logScale,
-    onchange: () => {
-      logScale = logToggle.checked;
-      syncControls();
-      charts.forEach((chart) => chart.setLook({ smoothing, logScale }));
-    },
-  });
-
   function syncControls(): void {
-    smoothingValue.textContent = smoothing.toFixed(2);
     xToggle.textContent = xMode === "step" ? "x: step" : "x: time";
     xToggle.dataset["mode"] = xMode;
     xToggle.setAttribute("aria-pressed", String(xMode === "time"));
-    const params: Record<string, string> = {};
+    const params: Record<string, string> = look.params();
     if (xMode === "time") params["x"] = "time";
     if (groupBy === "host") params["hosts"] = "1";
-    if (smoothing > 0) params["smooth"] = String(smoothing);
-    if (logScale) params["y"] = "log";
     replaceHash(tabHref(view, "metrics", params));
   }
 
@@ -163,7 +135,7 @@ export function metricsTab(view: RunView, scope: Scope, query: URLSearchParams):
     const names = metrics.map((m) => m.name).sort((a, b) => a.localeCompare(b));
     for (const name of names) {
       if (!charts.has(name)) {
-        charts.set(name, new MetricChart({ metric: name, loader: loader(name), xMode, smoothing, logScale, csvName: view.runId }));
+        charts.set(name, new MetricChart({ metric: name, loader: loader(name), xMode, ...look.look(), csvName: view.runId }));
       }
     }
     for (const [section, { grid }] of sections) {
@@ -219,8 +191,7 @@ export function metricsTab(view: RunView, scope: Scope, query: URLSearchParams):
       search,
       xToggle,
       h("label", { class: "inline", title: "One line per host" }, hostToggle, " per host"),
-      h("label", { class: "inline smoothing" }, "smoothing ", smoothingInput, smoothingValue),
-      h("label", { class: "inline", title: "Log y axis: values ≤ 0 are left out (each chart says how many)" }, logToggle, " log y"),
+      look.el,
       h("span", { class: "spacer" }),
       h("span", { class: "muted hint" }, "drag to zoom · double-click to reset"),
     ),
