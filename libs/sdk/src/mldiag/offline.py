@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -190,7 +191,7 @@ class OfflinePipeline:
 
     def put(self, step: int, values: Mapping[str, Any], labels: Mapping[str, str] | None) -> None:
         """Buffer one call (no I/O); wake the collector once a batch is waiting."""
-        self._buffer.append((step, datetime.now(UTC).timestamp(), values, labels))
+        self._buffer.append((step, time.time(), values, labels))
         self._buffered_points += len(values)
         if self._buffered_points >= self._settings.batch_points:
             self._wake.set()
