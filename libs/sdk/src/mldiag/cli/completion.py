@@ -84,12 +84,13 @@ def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
 
 
 def _bash(tree: dict[str, tuple[list[str], list[str]]]) -> str:
+    # Keys are whole command lines ("mldiag runs list"): bash has no empty array subscript.
     commands = "\n".join(
-        f"    [{shlex.quote(path)}]={shlex.quote(' '.join(names))}"
+        f"    [{shlex.quote(f'mldiag {path}'.strip())}]={shlex.quote(' '.join(names))}"
         for path, (names, _) in tree.items()
     )
     options = "\n".join(
-        f"    [{shlex.quote(path)}]={shlex.quote(' '.join(opts))}"
+        f"    [{shlex.quote(f'mldiag {path}'.strip())}]={shlex.quote(' '.join(opts))}"
         for path, (_, opts) in tree.items()
     )
     return f"""\
@@ -102,11 +103,11 @@ declare -gA _mldiag_options=(
 )
 
 _mldiag_complete() {{
-    local cur="${{COMP_WORDS[COMP_CWORD]}}" path="" next word i
+    local cur="${{COMP_WORDS[COMP_CWORD]}}" path=mldiag next word i
     for ((i = 1; i < COMP_CWORD; i++)); do
         word="${{COMP_WORDS[i]}}"
         [[ $word == -* ]] && continue
-        next="${{path:+$path }}$word"
+        next="$path $word"
         [[ -n "${{_mldiag_options[$next]+set}}" ]] && path="$next"
     done
     if [[ $cur == -* ]]; then

@@ -66,9 +66,11 @@ def _operations_list(ctx: Context, args: argparse.Namespace) -> int:
         filter=args.filter, page_size=args.page_size, page_token=args.page_token
     )
     if args.all or args.limit:
-        # --limit follows pages until it has enough (gcloud's --limit), and no further.
+        # --limit follows pages until it has enough (gcloud's --limit), and no further;
+        # unless --sort-by, sorted here, needs every operation to pick the first ones.
+        enough = math.inf if args.sort_by or not args.limit else args.limit
         operations = list(page.get("operations", []))
-        while (token := page.get("nextPageToken")) and len(operations) < (args.limit or math.inf):
+        while (token := page.get("nextPageToken")) and len(operations) < enough:
             page = ctx.client.list_operations(
                 filter=args.filter, page_size=args.page_size, page_token=token
             )

@@ -161,8 +161,9 @@ def run_row(run: JsonObject) -> tuple[str, ...]:
 def _runs_list(ctx: Context, args: argparse.Namespace) -> int:
     query = {"filter": args.filter, "order_by": args.order_by, "page_size": args.page_size}
     if args.all or args.limit:
-        # --limit follows pages until it has enough (gcloud's --limit), and no further.
-        runs = itertools.islice(ctx.client.iter_runs(**query), args.limit)
+        # --limit follows pages until it has enough (gcloud's --limit), and no further;
+        # unless --sort-by, sorted here, needs every run to pick the first ones.
+        runs = itertools.islice(ctx.client.iter_runs(**query), None if args.sort_by else args.limit)
         page: JsonObject = {"machineLearningRuns": list(runs), "nextPageToken": ""}
     else:
         page = ctx.client.list_runs(**query, page_token=args.page_token)
