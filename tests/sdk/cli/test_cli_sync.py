@@ -108,3 +108,14 @@ def test_sync_refuses_a_live_run_and_resumes_after_an_outage(
         "COMPLETED",
         {"depth": 50},
     )
+
+
+def test_a_folder_that_holds_no_offline_run_is_left_alone(
+    mldiag: Callable[..., Any], tmp_path: Path
+) -> None:
+    stray = tmp_path / "photos" / "2026"
+    stray.mkdir(parents=True)
+    (stray / "a.jpg").write_bytes(b"not a spool")
+    refused = mldiag("sync", str(tmp_path), "--spool-dir", str(tmp_path / "spool"))
+    assert refused.code == 2
+    assert sorted(path.name for path in stray.iterdir()) == ["a.jpg"]  # no lock file made

@@ -274,10 +274,11 @@ class SyncResult:
 
 
 def is_offline_run(directory: Path) -> bool:
-    """Whether ``directory`` holds an offline run (a manifest or writer spools)."""
+    """Whether ``directory`` holds an offline run (a manifest, or writer spools of a process
+    that never wrote one), so that a stray folder is never taken for one."""
     if (directory / MANIFEST).is_file():
         return True
-    return directory.is_dir() and any(path.is_dir() for path in directory.iterdir())
+    return directory.is_dir() and bool(_writers(directory))
 
 
 def offline_runs(root: Path, *, include_synced: bool = False) -> list[Path]:
@@ -295,7 +296,12 @@ def offline_runs(root: Path, *, include_synced: bool = False) -> list[Path]:
 
 
 def _writers(directory: Path) -> list[Path]:
-    return sorted(path for path in directory.iterdir() if path.is_dir())
+    """The writer folders of an offline run: those with a spool's lock or segments."""
+    return sorted(
+        path
+        for path in directory.iterdir()
+        if path.is_dir() and ((path / "lock").exists() or any(path.glob("*.seg")))
+    )
 
 
 def _points(payload: bytes) -> int:
