@@ -13,7 +13,11 @@ const runbooks = join(here, "..", "docs", "runbooks");
 
 async function copyRunbooks(dir) {
   await mkdir(join(dir, "runbooks"), { recursive: true });
-  for (const name of await readdir(runbooks)) {
+  const names = await readdir(runbooks).catch((error) => {
+    if (error.code !== "ENOENT") throw error;
+    throw new Error(`no runbooks at ${runbooks}: the console serves them (a Docker stage must copy docs/runbooks/ too)`);
+  });
+  for (const name of names) {
     if (name.endsWith(".md")) await copyFile(join(runbooks, name), join(dir, "runbooks", name));
   }
 }
