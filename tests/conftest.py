@@ -22,6 +22,16 @@ from mldiag_schemas.auth import Role, TokenGrant
 from support import drop_namespace, free_port, world_readable_tempdir
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_stored_login(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A developer's own ``mldiag login`` never reaches a test (nor a process it starts): the
+    user config directory is an empty one of the session's; tests of the login set theirs."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("MLDIAG_CONFIG_DIR", str(tmp_path_factory.mktemp("mldiag-config")))
+    yield
+    patch.undo()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests without a tier marker are unit tests."""
     tiers = {"connected", "e2e", "bench"}
