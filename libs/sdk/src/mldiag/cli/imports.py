@@ -140,6 +140,8 @@ def _write_all(context: Context, args: argparse.Namespace, runs: Iterable[Source
         print(dump([report.as_json() for report in reports], context.output_format))
     elif not reports:
         print("no runs found")
+    for note in (note for report in reports for note in report.notes):
+        print(f"note: {note}", file=sys.stderr)
     problems = [problem for report in reports for problem in report.problems]
     for problem in problems:
         print(f"warning: {problem}", file=sys.stderr)

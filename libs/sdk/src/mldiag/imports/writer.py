@@ -48,7 +48,8 @@ _RETRYABLE = frozenset({404, 408, 425, 429})
 
 @dataclass(slots=True)
 class RunReport:
-    """What happened to one run."""
+    """What happened to one run: counts of points, what the reader left out (``skipped``),
+    damage found in the source (``problems``) and what else is worth saying (``notes``)."""
 
     run_id: str
     display_name: str
@@ -61,6 +62,7 @@ class RunReport:
     batches_sent: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         """The report as a JSON object (camelCase, as the platform's bodies)."""
@@ -76,6 +78,7 @@ class RunReport:
             "batchesSent": self.batches_sent,
             "skipped": self.skipped,
             "problems": self.problems,
+            "notes": self.notes,
         }
 
 
@@ -211,11 +214,20 @@ class Importer:
         if "configs" in wanted and _same_configs(current.get("configs"), body["configs"]):
             del wanted["configs"]
         if wanted:
-            self._client.update_run(
-                run.run_id,
-                {"etag": current.get("etag", ""), **wanted},
-                update_mask=",".join(_MASK_PATHS[key] for key in wanted),
-            )
+            try:
+                self._client.update_run(
+                    run.run_id,
+                    {"etag": current.get("etag", ""), **wanted},
+                    update_mask=",".join(_MASK_PATHS[key] for key in wanted),
+                )
+            except ApiError as error:
+                # An ended run takes no edits but a resume; its points are still welcome.
+                if error.code != "failed_precondition":
+                    raise
+                report.notes.append(
+                    f"run {run.run_id} has ended ({current.get('runPhase')}) and takes no"
+                    f" edits: {', '.join(sorted(wanted))} not updated (points still sent)"
+                )
         return True
 
     def _present_steps(self, run_id: str) -> dict[str, int]:
