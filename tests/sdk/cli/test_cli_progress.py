@@ -5,7 +5,6 @@ import io
 
 import pytest
 
-from mldiag.cli import progress as progress_module
 from mldiag.cli.progress import Progress, poll_until
 
 
@@ -18,12 +17,12 @@ class Terminal(io.StringIO):
 def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """A settable monotonic clock (and sleeps that advance it)."""
     now = [100.0]
-    monkeypatch.setattr(progress_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr("mldiag.cli.progress.time.monotonic", lambda: now[0])
 
     def sleep(seconds: float) -> None:
         now[0] += seconds
 
-    monkeypatch.setattr(progress_module.time, "sleep", sleep)
+    monkeypatch.setattr("mldiag.cli.progress.time.sleep", sleep)
     return now
 
 
