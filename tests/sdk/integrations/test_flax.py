@@ -127,3 +127,15 @@ def test_a_scalar_result_is_the_loss_and_bad_arguments_are_refused(
     assert series(platform, "loss") == {0: 3.0}
     with pytest.raises(ValueError, match="at least 1"):
         mldiag_flax.track(lambda x: x, run, sync_every=0)
+
+
+def test_a_failing_metrics_picker_is_logged_once_and_the_loop_goes_on(
+    platform: FakePlatform, options: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    run = mldiag.init(name="picker", **options)
+    step = mldiag_flax.track(jnp.sum, run, sync_every=1, metrics=lambda result: {**result})
+    results = [step(jnp.ones(2)) for _ in range(3)]
+    run.finish()
+    assert [float(r) for r in results] == [2.0, 2.0, 2.0]
+    assert sorted(series(platform, "step_time")) == [0, 1, 2]
+    assert sum("mldiag.flax.metrics_failed" in r.message for r in caplog.records) == 1

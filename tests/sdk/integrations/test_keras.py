@@ -91,3 +91,16 @@ def test_log_every_thins_batches_and_a_given_run_stays_open(
 def test_model_configs_of_a_model_not_built() -> None:
     model = keras.Sequential([keras.layers.Dense(2)], name="later")
     assert model_configs(model, epochs=3) == {"model": "later", "epochs": 3}
+
+
+def test_each_fit_gets_a_run_of_its_own(platform: FakePlatform, options: dict[str, Any]) -> None:
+    x, y = data()
+    model = tiny_model()
+    callback = MldiagCallback(init_options=options)
+    model.fit(x, y, epochs=1, batch_size=BATCH, verbose=0, callbacks=[callback])
+    first = callback.run
+    model.fit(x, y, epochs=1, batch_size=BATCH, verbose=0, callbacks=[callback])
+    assert first is not None and callback.run is not None
+    assert callback.run.run_id != first.run_id
+    assert len(platform.received.creates) == 2
+    assert [body["runPhase"] for _, _, body in platform.received.patches] == ["COMPLETED"] * 2

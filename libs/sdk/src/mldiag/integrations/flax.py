@@ -26,6 +26,7 @@ does not wait for them.
 from __future__ import annotations
 
 import functools
+import logging
 import numbers
 import time
 from collections.abc import Callable, Mapping
@@ -44,7 +45,9 @@ from mldiag.integrations._runs import (
 )
 from mldiag.run import Run
 
-__all__ = ["TrackedStep", "track"]
+__all__ = ["TrackedStep", "injected_learning_rate", "track"]
+
+logger = logging.getLogger("mldiag")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -100,6 +103,7 @@ class TrackedStep(Generic[P, R]):
         self._init_options = dict(init_options or {})
         self._calls = 0
         self._first_step = 0
+        self._warned = False
         self._synced_at = 0.0
         self._synced_calls = 0
         functools.update_wrapper(self, step)
@@ -110,7 +114,11 @@ class TrackedStep(Generic[P, R]):
         return self._run
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        """Run the step, then record what it returned (never raises for telemetry)."""
+        """Run the step, then record what it returned.
+
+        Raises what the step raises (and, when it blocks, what the device computation
+        raised); a failure to pick the metrics is logged once and the step's values skipped.
+        """
         run = self._run or self._find_run()
         if self._calls == 0:
             self._first_step = run.step
@@ -126,10 +134,18 @@ class TrackedStep(Generic[P, R]):
             values[STEP_TIME] = (now - self._synced_at) / (self._calls - self._synced_calls)
             self._synced_at, self._synced_calls = now, self._calls
         if calls % self.log_every == 0:
-            values.update(self._values(result, args, kwargs, step))
+            try:
+                values.update(self._values(result, args, kwargs, step))
+            except Exception as error:  # noqa: BLE001  # a metrics picker or schedule of the user's
+                self._warn(error)
         if values:
             run.log(values, step=step)
         return result
+
+    def _warn(self, error: Exception) -> None:
+        if not self._warned:  # once: the same mistake would repeat at every step
+            self._warned = True
+            logger.warning("mldiag.flax.metrics_failed step_fn=%s error=%r", self._name, error)
 
     def _find_run(self) -> Run:
         """The current run, or one started now (at the first call)."""

@@ -67,7 +67,8 @@ class MldiagCallback(keras.callbacks.Callback):  # type: ignore[misc]  # keras s
 
     Args:
         run: The run to record on; default: the current run, else one started at
-            ``on_train_begin`` (named after the model) and finished at ``on_train_end``.
+            ``on_train_begin`` (named after the model) and finished at ``on_train_end``
+            (a new run for each ``fit``).
         log_every: Record every this many training batches (the SDK batches the sending).
         batch_size: The fit's batch size, for the configs (Keras does not tell callbacks).
         configs: More configs for a run this callback starts.
@@ -89,7 +90,8 @@ class MldiagCallback(keras.callbacks.Callback):  # type: ignore[misc]  # keras s
         super().__init__()
         if log_every < 1:
             raise ValueError(f"log_every must be at least 1, not {log_every}")
-        self._run = run
+        self._given = run
+        self._run: Run | None = None
         self.log_every = log_every
         self.batch_size = batch_size
         self._configs = dict(configs or {})
@@ -102,7 +104,7 @@ class MldiagCallback(keras.callbacks.Callback):  # type: ignore[misc]  # keras s
 
     @property
     def run(self) -> Run | None:
-        """The run being recorded on (None before ``fit`` starts)."""
+        """The run of the latest ``fit`` (None before one starts)."""
         return self._run
 
     def on_train_begin(self, logs: Mapping[str, Any] | None = None) -> None:
@@ -118,7 +120,7 @@ class MldiagCallback(keras.callbacks.Callback):  # type: ignore[misc]  # keras s
             **self._configs,
         }
         self._run, self._owned = resolve_run(
-            self._run,
+            self._given,
             name=self.model.name,
             run_set=self._run_set,
             configs=configs,

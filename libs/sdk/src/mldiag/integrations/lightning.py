@@ -62,7 +62,7 @@ class MldiagCallback(_base()):  # type: ignore[misc]  # Lightning's Callback, or
     Args:
         run: The run to record on; default: the current run, else one started at
             ``on_train_start`` (named after the module's class) and finished at
-            ``on_train_end``.
+            ``on_train_end`` (a new run for each training).
         log_every: Record every this many optimizer steps.
         configs: More configs for a run this callback starts.
         run_set: The run set of a run this callback starts.
@@ -80,7 +80,8 @@ class MldiagCallback(_base()):  # type: ignore[misc]  # Lightning's Callback, or
     ) -> None:
         if log_every < 1:
             raise ValueError(f"log_every must be at least 1, not {log_every}")
-        self._run = run
+        self._given = run
+        self._run: Run | None = None
         self.log_every = log_every
         self._configs = dict(configs or {})
         self._run_set = run_set
@@ -93,7 +94,7 @@ class MldiagCallback(_base()):  # type: ignore[misc]  # Lightning's Callback, or
 
     @property
     def run(self) -> Run | None:
-        """The run being recorded on (None before training starts)."""
+        """The run of the latest training (None before one starts)."""
         return self._run
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
@@ -105,7 +106,7 @@ class MldiagCallback(_base()):  # type: ignore[misc]  # Lightning's Callback, or
         configs["optimizers"] = [type(optimizer).__name__ for optimizer in trainer.optimizers]
         configs.update(self._configs)
         self._run, self._owned = resolve_run(
-            self._run,
+            self._given,
             name=configs["module"],
             run_set=self._run_set,
             configs=configs,

@@ -55,7 +55,7 @@ class MldiagCallback(_base()):  # type: ignore[misc]  # TrainerCallback, or obje
     Args:
         run: The run to record on; default: the current run, else one started at
             ``on_train_begin`` (named after ``args.run_name``, else the model's class) and
-            finished at ``on_train_end``.
+            finished at ``on_train_end`` (a new run for each training).
         configs: More configs for a run this callback starts.
         run_set: The run set of a run this callback starts.
         init_options: Keyword arguments for :func:`mldiag.init` when this starts the run.
@@ -69,7 +69,8 @@ class MldiagCallback(_base()):  # type: ignore[misc]  # TrainerCallback, or obje
         run_set: str = "default",
         init_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self._run = run
+        self._given = run
+        self._run: Run | None = None
         self._configs = dict(configs or {})
         self._run_set = run_set
         self._init_options = dict(init_options or {})
@@ -78,7 +79,7 @@ class MldiagCallback(_base()):  # type: ignore[misc]  # TrainerCallback, or obje
 
     @property
     def run(self) -> Run | None:
-        """The run being recorded on (None before training starts)."""
+        """The run of the latest training (None before one starts)."""
         return self._run
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -90,7 +91,7 @@ class MldiagCallback(_base()):  # type: ignore[misc]  # TrainerCallback, or obje
         configs.update(self._configs)
         name = getattr(args, "run_name", None) or configs.get("model", "")
         self._run, self._owned = resolve_run(
-            self._run,
+            self._given,
             name=str(name),
             run_set=self._run_set,
             configs=configs,
