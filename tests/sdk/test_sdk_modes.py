@@ -3,6 +3,7 @@ files), and what ``offline`` writes instead of sending."""
 
 import gzip
 import json
+import logging
 import socket
 import threading
 from collections.abc import Iterator
@@ -56,9 +57,16 @@ def test_disabled_starts_no_thread_opens_no_socket_writes_no_file(
     monkeypatch.setattr(socket, "socket", Watched)
     threads_before = set(threading.enumerate())
 
+    handler = mldiag.LogHandler()
+    program = logging.getLogger("a-disabled-program")
+    program.addHandler(handler)
     run = mldiag.init(name="ci", config={"lr": 0.1}, api_url="http://127.0.0.1:9")
     assert run.mode is Mode.DISABLED
     assert mldiag.current_run() is run
+    program.warning("a log line a disabled run must not ship")
+    handler.flush()
+    program.removeHandler(handler)
+    handler.close()
     for step in range(5):
         mldiag.log({"loss": 1.0 / (step + 1)})
     mldiag.metrics.record("loss", 0.5)

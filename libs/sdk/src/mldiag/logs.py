@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from mldiag.config import Mode
 from mldiag.transport import Outcome, client, post_batch
 
 logger = logging.getLogger("mldiag")
@@ -375,8 +376,8 @@ class LogHandler(logging.Handler):
         from mldiag.run import current_run  # noqa: PLC0415  # run imports much; only when used
 
         run = current_run()
-        if run is None:
-            return None
+        if run is None or run.mode is not Mode.ONLINE:
+            return None  # a disabled run sends nothing; an offline one keeps no log lines
         with self._lock_shippers:
             shipper = self._shippers.get(run.run_id)
             if shipper is None:
