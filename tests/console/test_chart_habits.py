@@ -15,6 +15,7 @@ import io
 import json
 import math
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import pytest
@@ -52,8 +53,12 @@ def habits(platform: Platform) -> Platform:
         series("wild", STEPS, WILD),
     )
     for metric in ("loss", "cosine", "wild"):
-        wait_for(lambda m=metric: platform.point_count(RUN, m) == len(STEPS), f"{metric} points")
+        wait_for(partial(stored_all, platform, metric), f"{metric} points")
     return platform
+
+
+def stored_all(platform: Platform, metric: str) -> bool:
+    return platform.point_count(RUN, metric) == len(STEPS)
 
 
 def chart(page: Page, metric: str) -> Any:
