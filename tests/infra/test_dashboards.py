@@ -381,6 +381,9 @@ def test_the_metrics_the_issue_asks_for_are_on_a_dashboard() -> None:
         "mldiag_http_request_seconds_bucket",  # latency per route
         "mldiag_http_requests_total",
         "mldiag_xprof_instances_active",
+        "mldiag_training_jobs",  # jobs by state
+        "mldiag_training_replicas",
+        "mldiag_training_executors_live",
         "mldiag_notifier_attempts_total",
     }
     assert asked <= used

@@ -29,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 import structlog
+from prometheus_client import Gauge
 
 from mldiag_platform.auth import TokenDirectory, new_secret, secret_hash
 from mldiag_platform.errors import InvalidArgument
@@ -92,6 +93,16 @@ KNOWN_EXECUTORS_WINDOW = timedelta(minutes=10)
 TOKEN_AFTER_DEADLINE = timedelta(hours=1)
 """A replica token outlives the job's deadline by this (it is revoked when the job ends)."""
 LIVE = (ReplicaState.PENDING, ReplicaState.RUNNING)
+
+# Set by every reconcile pass from the rows it reads anyway (each training replica reports
+# its own last pass: the dashboards take the max over instances).
+JOBS = Gauge("mldiag_training_jobs", "Jobs not ended, by state, at the last pass.", ["state"])
+REPLICAS = Gauge(
+    "mldiag_training_replicas", "Replicas of jobs not ended, by state, at the last pass.", ["state"]
+)
+EXECUTORS_LIVE = Gauge(
+    "mldiag_training_executors_live", "Executors heard from within the timeout, at the last pass."
+)
 
 
 class SchedulerSettings(Protocol):
@@ -348,6 +359,7 @@ class Scheduler:
                     )
         rows = await unit.active_jobs()
         replicas = await unit.replicas([row.job_id for row in rows])
+        _observe(live, rows, replicas)
         for row in rows:
             job = _Job(row, {(r.pool, r.index): r for r in replicas[row.job_id]})
             await self._reconcile_job(work, job)
@@ -754,6 +766,19 @@ class Scheduler:
                 log.info("scheduler.token_revoked", job_id=job_id)
         except Exception:  # the next pass tries again
             log.exception("scheduler.revoke_failed")
+
+
+def _observe(
+    live: dict[str, ExecutorRow], rows: list[JobRow], replicas: dict[str, list[ReplicaRow]]
+) -> None:
+    """The training dashboard's gauges, every state set (0 when none is in it)."""
+    EXECUTORS_LIVE.set(len(live))
+    for job_state in JobState:
+        if not job_state.terminal:
+            JOBS.labels(job_state.value).set(sum(row.state == job_state for row in rows))
+    every = [replica for found in replicas.values() for replica in found]
+    for replica_state in ReplicaState:
+        REPLICAS.labels(replica_state.value).set(sum(r.state == replica_state for r in every))
 
 
 def _gang(spec: CustomJobSpec) -> bool:
