@@ -5,7 +5,13 @@ import struct
 
 import pytest
 
-from mldiag.imports.tfrecord import CorruptRecord, crc32c, masked_crc32c, read_records
+from mldiag.imports.tfrecord import (
+    CorruptRecord,
+    crc32c,
+    crc32c_python,
+    masked_crc32c,
+    read_records,
+)
 
 
 def record(data: bytes) -> bytes:
@@ -21,6 +27,12 @@ def record(data: bytes) -> bytes:
 def test_crc32c_matches_the_castagnoli_check_value() -> None:
     assert crc32c(b"123456789") == 0xE3069283  # RFC 3720's check value
     assert crc32c(b"") == 0
+
+
+def test_the_python_crc_agrees_with_the_native_one_when_there_is_one() -> None:
+    data = bytes(range(256)) * 41 + b"tail"
+    assert crc32c_python(b"123456789") == 0xE3069283
+    assert crc32c_python(data) == crc32c(data)
 
 
 def test_records_are_read_in_order() -> None:

@@ -7,14 +7,17 @@ still running leaves a partial record at the end of its file: that is where read
 quietly, and a later import picks the record up once it is whole. A checksum that does not
 match is damage, reported by :class:`CorruptRecord` with the offset.
 
-CRC-32C is computed here in Python (table-driven, a few MB/s) so that the SDK needs no
-compiled extension; event files of scalars are small, and the cost is paid once per import.
+CRC-32C comes from ``google_crc32c`` (a C extension many Google client libraries already
+install) when it can be imported, else from the table-driven Python below (about 8 MB/s:
+a few seconds for a million scalars, minutes for a log directory full of images), so the
+SDK needs no compiled dependency of its own.
 """
 
 from __future__ import annotations
 
+import functools
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 _HEADER = struct.Struct("<QI")
@@ -36,8 +39,26 @@ def _table() -> tuple[int, ...]:
 _CRC_TABLE = _table()
 
 
+@functools.cache
+def _native() -> Callable[[bytes], int] | None:
+    try:
+        import google_crc32c  # noqa: PLC0415  # optional: only its C build is worth having
+    except ImportError:
+        return None
+    if google_crc32c.implementation != "c":
+        return None
+    value: Callable[[bytes], int] = google_crc32c.value
+    return value
+
+
 def crc32c(data: bytes) -> int:
     """The CRC-32C (Castagnoli) of ``data``."""
+    native = _native()
+    return crc32c_python(data) if native is None else native(data)
+
+
+def crc32c_python(data: bytes) -> int:
+    """The CRC-32C of ``data``, computed in Python (what :func:`crc32c` falls back to)."""
     crc = 0xFFFFFFFF
     table = _CRC_TABLE
     for byte in data:
