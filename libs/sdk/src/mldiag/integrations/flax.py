@@ -104,6 +104,7 @@ class TrackedStep(Generic[P, R]):
         self._calls = 0
         self._first_step = 0
         self._warned = False
+        self._search_rate = True
         self._synced_at = 0.0
         self._synced_calls = 0
         functools.update_wrapper(self, step)
@@ -176,7 +177,13 @@ class TrackedStep(Generic[P, R]):
             return self._learning_rate(step - self._first_step)
         if self._learning_rate is not None:
             return self._learning_rate
-        return injected_learning_rate(tree)
+        if not self._search_rate:
+            return None
+        # Walking the arguments' pytrees costs host time on every recorded step; a step
+        # without an injected state the first time has none later either.
+        rate = injected_learning_rate(tree)
+        self._search_rate = rate is not None
+        return rate
 
 
 def track(
