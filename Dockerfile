@@ -8,6 +8,8 @@ WORKDIR /src/console
 COPY console/package.json console/package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY console/ ./
+# The build copies the runbooks in, so the registry serves the version it was built with.
+COPY docs/runbooks/ /src/docs/runbooks/
 RUN npm run build
 
 FROM python:3.11-slim
