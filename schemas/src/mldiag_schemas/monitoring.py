@@ -280,7 +280,8 @@ RULES: dict[RuleName, RuleSpec] = {
             RuleName.LOSS_SPIKE,
             "NUMERICAL_INSTABILITY",
             "A loss (`loss` or `*_loss`) exceeds `factor` x its running median, or its robust"
-            " z-score over the last `windowSteps` steps exceeds `zScore`.",
+            " z-score over the last `windowSteps` steps exceeds `zScore`. It resolves after 10"
+            " values in a row within bounds; a loss that spikes again sooner is the same event.",
             factor=Threshold(10.0, "Multiples of the running median (Megatron's check)."),
             zScore=Threshold(8.0, "Robust z-score: (value - median) / (1.4826·MAD)."),
             windowSteps=Threshold(50, "Steps of the running window."),

@@ -41,8 +41,22 @@ def test_a_loss_spike_opens_and_resolves_but_noise_does_not() -> None:
     [spike] = feed.opened()
     assert spike.severity is Severity.WARNING
     assert spike.evidence.facts["kind"] == "loss_spike"
-    feed.step(61, h0={"loss": 1.4})
+    for step in range(61, 70):
+        feed.step(step, h0={"loss": 1.4})
+    assert not feed.is_resolved(spike)  # calm for 9 values: not yet over
+    feed.step(70, h0={"loss": 1.4})
     assert feed.is_resolved(spike)
+
+
+def test_a_loss_that_keeps_swinging_is_one_spike_event() -> None:
+    # A learning rate too high: the loss spikes, settles for a few steps, spikes again.
+    feed = Feed()
+    for step in range(1, 60):
+        feed.step(step, h0={"loss": 2.0 - step * 0.01 + 0.02 * (step % 3)})
+    for step in range(60, 100):
+        feed.step(step, h0={"loss": 30.0 if step % 6 == 0 else 1.4})
+    [spike] = feed.opened()
+    assert not feed.is_resolved(spike)
 
 
 def test_late_points_of_a_falling_loss_are_no_spike() -> None:

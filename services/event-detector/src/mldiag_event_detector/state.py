@@ -250,6 +250,8 @@ class SeriesWatch(State):
     last_good_value: float | None = None
     recent: list[float] = Field(default_factory=list)
     finite_since_bad: int = 0
+    calm_since_spike: int = 0
+    """Values in a row back within bounds since the last spike of an open spike event."""
 
 
 class Compile(State):

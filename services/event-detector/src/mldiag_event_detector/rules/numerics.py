@@ -10,7 +10,9 @@ from mldiag_schemas.monitoring import RuleName
 from mldiag_schemas.telemetry import MetricColumns, MetricPointsReceived
 
 RECOVERED_AFTER = 10
-"""Finite values in a row after which a non-finite event is resolved."""
+"""Finite values in a row after which a non-finite event is resolved, and values in a row
+back within bounds after which a loss spike is: a loss that spikes again sooner (a learning
+rate too high makes it swing) is the same instability, one event, not one per swing."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -139,6 +141,7 @@ def _judge_loss(
     z = (value - centre) / spread if spread > 0 else 0.0
     ratio = value / centre if centre > 0 else 0.0
     if ratio > spike["factor"] or z > spike["zScore"]:
+        watch.calm_since_spike = 0
         if spike_key not in book.state.open_events:
             where = f" on host {columns.host}" if columns.host else ""
             book.hold(
@@ -173,5 +176,8 @@ def _judge_loss(
                 now,
             )
         return  # a spike never enters the window it is judged against
-    book.clear(spike_key, now, facts={"recoveredAtStep": step})
+    if spike_key in book.state.open_events:
+        watch.calm_since_spike += 1
+        if watch.calm_since_spike >= RECOVERED_AFTER:
+            book.clear(spike_key, now, facts={"recoveredAtStep": step})
     push(watch.recent, value)
