@@ -27,6 +27,8 @@ def mlflow_python() -> Path:
     """A Python with mlflow, or a skip saying why there is none."""
     named = os.environ.get("MLDIAG_TEST_MLFLOW_PYTHON")
     if named:
+        if not Path(named).exists():
+            pytest.skip(f"MLDIAG_TEST_MLFLOW_PYTHON names {named}, which does not exist")
         return Path(named)
     python = VENV / "bin" / "python"
     if not python.exists():
