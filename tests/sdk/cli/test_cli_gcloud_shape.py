@@ -6,6 +6,7 @@ import csv
 import importlib.metadata
 import io
 import json
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -373,3 +374,69 @@ def test_version_prints_the_installed_distributions_version(mldiag: Mldiag) -> N
     assert expected is not None
     assert result.out == f"mldiag {expected}\n"
     assert installed_version() == expected
+
+
+# progress on waits
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_operations_wait_on_a_terminal_keeps_a_progress_line(
+    edge: FakeEdge, mldiag: Mldiag, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    running = {"name": f"{FULL}/operations/op-1", "done": False}
+    done = {**running, "done": True}
+    wait = "/v1/operations/op-1:wait"
+    edge.answer("POST", wait, running, delay=0.3)
+    edge.answer("POST", wait, done)
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    result = mldiag("operations", "wait", "op-1", "--timeout", "10s", "--api-url", edge.url)
+    assert result.code == 0
+    assert [r.body for r in edge.requests("POST", wait)] == [{"timeout": "2.0s"}] * 2
+    assert terminal.getvalue().startswith("\roperation op-1: running (0s)")
+    assert terminal.getvalue().endswith("\n")
+    assert "done" in result.out
+
+
+def test_capture_wait_in_json_writes_nothing_but_the_answer(
+    edge: FakeEdge, mldiag: Mldiag, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = "projects/default/locations/local/machineLearningRuns/r1/profilerSessions/s1"
+    started = {"name": f"{FULL}/operations/op-1", "done": False, "metadata": {"target": session}}
+    finished = {**started, "done": True, "response": {"sessionId": "s1"}}
+    edge.answer("POST", f"{RUNS}/r1/profilerSessions:capture", started)
+    edge.answer("POST", "/v1/operations/op-1:wait", started)
+    edge.answer("POST", "/v1/operations/op-1:wait", finished)
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    argv = ["profiles", "capture", "r1", "--wait", "--format=json", "--api-url", edge.url]
+    result = mldiag(*argv, "--xprof-url", edge.url)
+    assert result.code == 0, terminal.getvalue()
+    assert json.loads(result.out) == finished
+    assert terminal.getvalue() == ""
+    # No per-host reads either: they are for the progress line only.
+    assert edge.requests("GET", f"{RUNS}/r1/profilerSessions/s1") == []
+
+
+def test_capture_wait_on_a_terminal_shows_each_hosts_phase(
+    edge: FakeEdge, mldiag: Mldiag, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = "projects/default/locations/local/machineLearningRuns/r1/profilerSessions/s1"
+    started = {"name": f"{FULL}/operations/op-1", "done": False, "metadata": {"target": name}}
+    hosts = [{"host": "h1", "phase": "SUCCEEDED"}, {"host": "h2", "phase": "ACTIVE"}]
+    edge.answer("POST", f"{RUNS}/r1/profilerSessions:capture", started)
+    edge.answer("GET", f"{RUNS}/r1/profilerSessions/s1", {"phase": "ACTIVE", "hosts": hosts})
+    edge.answer("POST", "/v1/operations/op-1:wait", started)
+    edge.answer("POST", "/v1/operations/op-1:wait", {**started, "done": True, "response": {}})
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    result = mldiag("profiles", "capture", "r1", "--wait", "--api-url", edge.url)
+    assert result.code == 0, terminal.getvalue()
+    assert "capture op-1: ACTIVE; h1 SUCCEEDED, h2 ACTIVE (0s)" in terminal.getvalue()
+    assert [r.body for r in edge.requests("POST", "/v1/operations/op-1:wait")] == [
+        {"timeout": "2s"}
+    ] * 2
