@@ -270,10 +270,10 @@ def test_sort_by_several_keys_and_missing_values(edge: FakeEdge, mldiag: Mldiag)
 
 
 def test_limit_cuts_and_uri_prints_full_names(edge: FakeEdge, mldiag: Mldiag) -> None:
-    out = mldiag(*listed(edge, "--sort-by", "runId", "--limit", "2", "--uri")).out
+    out = mldiag(*listed(edge, "--sort-by", "labels.team", "--limit", "2", "--uri")).out
     assert out.splitlines() == [
+        "projects/default/locations/local/machineLearningRuns/r3",
         "projects/default/locations/local/machineLearningRuns/r1",
-        "projects/default/locations/local/machineLearningRuns/r2",
     ]
 
 
@@ -288,9 +288,28 @@ def test_limit_stops_paging_once_it_has_enough(edge: FakeEdge, mldiag: Mldiag) -
 def test_limit_with_sort_by_reads_every_page_first(edge: FakeEdge, mldiag: Mldiag) -> None:
     for page, token in ((THREE_RUNS[:2], "t2"), (THREE_RUNS[2:], "")):
         edge.answer("GET", RUNS, {"machineLearningRuns": page, "nextPageToken": token})
-    argv = ["--limit", "1", "--sort-by", "runId", "--format=value(runId)", "--api-url", edge.url]
-    assert mldiag("runs", "list", *argv).out.split() == ["r1"]
+    argv = ["--limit", "1", "--sort-by", "labels.team", "--format=value(runId)"]
+    assert mldiag("runs", "list", *argv, "--api-url", edge.url).out.split() == ["r3"]
     assert len(edge.requests("GET", RUNS)) == 2
+
+
+def test_sort_by_an_orderable_field_is_sent_to_the_api(edge: FakeEdge, mldiag: Mldiag) -> None:
+    for page, token in ((THREE_RUNS[:2], "t2"), (THREE_RUNS[2:], "")):
+        edge.answer("GET", RUNS, {"machineLearningRuns": page, "nextPageToken": token})
+    argv = ["--limit", "2", "--sort-by", "~runPhase,runId", "--format=value(runId)"]
+    result = mldiag("runs", "list", *argv, "--api-url", edge.url)
+    # The API sorted: the first page has the two asked for, and the only read.
+    assert [s.query.get("orderBy") for s in edge.requests("GET", RUNS)] == ["runPhase desc, runId"]
+    assert result.out.split() == ["r2", "r3"]
+
+
+def test_sort_by_a_field_the_api_cannot_order_by_is_sorted_here(
+    edge: FakeEdge, mldiag: Mldiag
+) -> None:
+    edge.answer("GET", RUNS, {"machineLearningRuns": THREE_RUNS})
+    result = mldiag("runs", "list", "--sort-by", "labels.team", "--uri", "--api-url", edge.url)
+    assert edge.seen[0].query.get("orderBy", "") == ""
+    assert result.out.splitlines()[0].endswith("/r3")  # "a,b" < "t-r1" < "t-r2"
 
 
 def test_limit_applies_to_json_too(edge: FakeEdge, mldiag: Mldiag) -> None:

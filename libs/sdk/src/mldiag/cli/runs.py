@@ -23,6 +23,7 @@ from mldiag.cli.common import (
 from mldiag.cli.events import add_goodput_verb
 from mldiag.cli.operations import operation_id
 from mldiag.cli.output import cell, flatten, labels_cell, render_fields, render_table, short_time
+from mldiag.cli.resources import order_by
 
 PHASES = ("ACTIVE", "COMPLETED", "FAILED")
 """The run phases a person may set."""
@@ -158,12 +159,40 @@ def run_row(run: JsonObject) -> tuple[str, ...]:
     )
 
 
+ORDERABLE = frozenset(
+    {
+        "runId",
+        "displayName",
+        "runSet",
+        "state",
+        "runPhase",
+        "orchestrator",
+        "workloadId",
+        "createTime",
+        "updateTime",
+    }
+)
+"""The fields the runs API's ``orderBy`` takes; ``--sort-by`` on others sorts here."""
+
+
+def _server_order(args: argparse.Namespace) -> str:
+    """The ``orderBy`` to send: ``--order-by``, else ``--sort-by`` when the API can sort by
+    every field it names."""
+    if args.order_by or not args.sort_by:
+        return str(args.order_by)
+    fields = [key.strip().removeprefix("~") for key in args.sort_by.split(",") if key.strip()]
+    return order_by(args.sort_by) if set(fields) <= ORDERABLE else ""
+
+
 def _runs_list(ctx: Context, args: argparse.Namespace) -> int:
-    query = {"filter": args.filter, "order_by": args.order_by, "page_size": args.page_size}
+    server_order = _server_order(args)
+    query = {"filter": args.filter, "order_by": server_order, "page_size": args.page_size}
     if args.all or args.limit:
         # --limit follows pages until it has enough (gcloud's --limit), and no further;
-        # unless --sort-by, sorted here, needs every run to pick the first ones.
-        runs = itertools.islice(ctx.client.iter_runs(**query), None if args.sort_by else args.limit)
+        # unless --sort-by is sorted here, and so needs every run to pick the first ones.
+        sorted_here = bool(args.sort_by) and server_order != order_by(args.sort_by)
+        enough = None if sorted_here else args.limit
+        runs = itertools.islice(ctx.client.iter_runs(**query), enough)
         page: JsonObject = {"machineLearningRuns": list(runs), "nextPageToken": ""}
     else:
         page = ctx.client.list_runs(**query, page_token=args.page_token)
