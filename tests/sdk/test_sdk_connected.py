@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,40 +18,15 @@ import httpx
 import pytest
 
 import mldiag
-from conftest import ApiTokens
-from mldiag_ingestion.app import create_app as create_ingestion
-from mldiag_ingestion.settings import IngestionSettings
-from mldiag_platform.settings import DatabaseSettings, NatsSettings
-from mldiag_run_registry.app import create_app as create_registry
-from mldiag_run_registry.settings import RunRegistrySettings
+from mldiag_platform.settings import NatsSettings
 from mldiag_schemas.bus import HEARTBEAT_RECEIVED, SIGNAL_RECEIVED
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.telemetry import RunHeartbeat, SignalKind, WorkloadSignalReported
-from support import read_messages, served_in_thread
+from support import read_messages
 
 pytestmark = pytest.mark.connected
 
 E = TypeVar("E", bound=Envelope)
-
-
-@pytest.fixture
-def platform_urls(
-    nats_settings: NatsSettings,
-    database_settings: DatabaseSettings,
-    db_schema: str,
-    api_tokens: ApiTokens,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[tuple[str, str]]:
-    """The registry and ingestion, served; the SDK finds an editor's token in MLDIAG_TOKEN."""
-    monkeypatch.setenv("MLDIAG_TOKEN", api_tokens.editor)
-    registry = create_registry(
-        RunRegistrySettings(nats=nats_settings, database=database_settings, db_schema=db_schema)
-    )
-    ingestion = create_ingestion(
-        IngestionSettings(nats=nats_settings, otlp_grpc_port=0, otlp_http_port=0)
-    )
-    with served_in_thread(registry) as api_url, served_in_thread(ingestion) as ingestion_url:
-        yield api_url, ingestion_url
 
 
 def _auth() -> dict[str, str]:

@@ -4,7 +4,6 @@ sync cut off half-way then run again stores every point exactly once."""
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,40 +11,11 @@ import httpx
 import pytest
 
 import mldiag
-from conftest import ApiTokens
 from mldiag.cli import main
 from mldiag.config import Settings
 from mldiag.offline import MANIFEST, SyncError, offline_root, read_manifest, sync_run
-from mldiag_ingestion.app import create_app as create_ingestion
-from mldiag_ingestion.settings import IngestionSettings
-from mldiag_platform.settings import DatabaseSettings, NatsSettings
-from mldiag_run_registry.app import create_app as create_registry
-from mldiag_run_registry.settings import RunRegistrySettings
-from support import served_in_thread
 
 pytestmark = pytest.mark.connected
-
-
-@pytest.fixture
-def platform(
-    nats_settings: NatsSettings,
-    database_settings: DatabaseSettings,
-    db_schema: str,
-    api_tokens: ApiTokens,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[tuple[str, str]]:
-    """The registry and ingestion, served; an editor's token in MLDIAG_TOKEN."""
-    monkeypatch.setenv("MLDIAG_TOKEN", api_tokens.editor)
-    for name in ("MLDIAG_MODE", "MLDIAG_PROJECT", "MLDIAG_LOCATION", "MLDIAG_API_URL"):
-        monkeypatch.delenv(name, raising=False)
-    registry = create_registry(
-        RunRegistrySettings(nats=nats_settings, database=database_settings, db_schema=db_schema)
-    )
-    ingestion = create_ingestion(
-        IngestionSettings(nats=nats_settings, otlp_grpc_port=0, otlp_http_port=0)
-    )
-    with served_in_thread(registry) as api_url, served_in_thread(ingestion) as ingestion_url:
-        yield api_url, ingestion_url
 
 
 def _get(url: str) -> httpx.Response:
@@ -68,9 +38,9 @@ def _points(run_url: str, metric: str, expected: int) -> list[dict[str, Any]]:
 
 
 def test_project_location_and_config_place_and_describe_the_run(
-    platform: tuple[str, str], tmp_path: Path
+    platform_urls: tuple[str, str], tmp_path: Path
 ) -> None:
-    api_url, ingestion_url = platform
+    api_url, ingestion_url = platform_urls
     config = {"optimizer": {"name": "adam", "betas": [0.9, 0.99]}, "lr": 3e-4}
     run = mldiag.init(
         name="placed",
@@ -115,9 +85,9 @@ class CutOff(httpx.BaseTransport):
 
 
 def test_offline_run_synced_after_a_cut_off_stores_every_point_once(
-    platform: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    platform_urls: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    api_url, ingestion_url = platform
+    api_url, ingestion_url = platform_urls
     with mldiag.init(
         name="on-the-plane",
         run_id="offline-run",
