@@ -294,3 +294,15 @@ async def test_the_document_is_a_503_while_a_service_cannot_answer() -> None:
     assert answer.headers["retry-after"] == "1"
     assert answer.json()["error"]["code"] == "unavailable"
     assert answer.json()["error"]["details"] == [{"service": "ingestion"}]
+
+
+def test_a_body_shaped_unlike_the_answer_keeps_its_own_schema(document: dict[str, Any]) -> None:
+    # A proto int64 is a string in what training sends and a number (or numeric string) in
+    # what it accepts: the answer's schema must not be replaced by the body's.
+    schemas = document["components"]["schemas"]
+    assert schemas["WorkerPoolSpec"]["properties"]["replicaCount"]["type"] == "string"
+    assert schemas["WorkerPoolSpecInput"]["properties"]["replicaCount"]["type"] == "integer"
+    sent = schemas["CustomJobSpec"]["properties"]["workerPoolSpecs"]["items"]
+    accepted = schemas["CustomJobSpecInput"]["properties"]["workerPoolSpecs"]["items"]
+    assert sent == {"$ref": "#/components/schemas/WorkerPoolSpec"}
+    assert accepted == {"$ref": "#/components/schemas/WorkerPoolSpecInput"}

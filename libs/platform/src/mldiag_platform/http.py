@@ -239,14 +239,70 @@ _COMPONENT_REF = "#/components/schemas/{model}"
 
 def _hoist_definitions(document: dict[str, Any]) -> dict[str, Any]:
     """Move the ``$defs`` of the bodies :func:`json_body` declared to the components, where
-    their references point."""
+    their references point.
+
+    A body's definitions describe what is accepted (validation), the components FastAPI made
+    from the response models what is sent (serialization); where one name has both shapes
+    (a proto int64: a number or a numeric string in, a string out) the body's becomes
+    ``<Name>Input``, so neither replaces the other."""
     components = document.setdefault("components", {}).setdefault("schemas", {})
+    sent = dict(components)
     for operations in document.get("paths", {}).values():
         for operation in operations.values():
             content = operation.get("requestBody", {}).get("content", {})
             for media in content.values():
-                components.update(media.get("schema", {}).pop("$defs", {}))
+                schema = media.get("schema", {})
+                definitions = schema.pop("$defs", {})
+                renamed = _input_names(definitions, sent)
+                if renamed:
+                    media["schema"] = schema = _refs_renamed(schema, renamed)
+                    definitions = _refs_renamed(definitions, renamed)
+                for name, definition in definitions.items():
+                    components[renamed.get(name, name)] = definition
     return document
+
+
+def _input_names(definitions: dict[str, Any], sent: dict[str, Any]) -> dict[str, str]:
+    """The body's definitions that need their own name: those shaped unlike the sent one of
+    that name, and those referring to one that does (else the sent one would point at it)."""
+    renamed = {
+        name: f"{name}Input"
+        for name, definition in definitions.items()
+        if name in sent and sent[name] != definition
+    }
+    grown = True
+    while grown:
+        grown = False
+        for name, definition in definitions.items():
+            if name in sent and name not in renamed and set(_refs(definition)) & renamed.keys():
+                renamed[name] = f"{name}Input"
+                grown = True
+    return renamed
+
+
+def _refs(node: Any) -> Iterator[str]:
+    """The component names ``node`` refers to."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            yield ref.rsplit("/", 1)[-1]
+        for value in node.values():
+            yield from _refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _refs(value)
+
+
+def _refs_renamed(node: Any, renamed: Mapping[str, str]) -> Any:
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith(_COMPONENT_REF.removesuffix("{model}")):
+            name = ref.rsplit("/", 1)[-1]
+            return {**node, "$ref": _COMPONENT_REF.format(model=renamed.get(name, name))}
+        return {key: _refs_renamed(value, renamed) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_refs_renamed(value, renamed) for value in node]
+    return node
 
 
 _PATH_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
