@@ -134,6 +134,43 @@ def test_neighbours_as_busy_as_in_the_baseline_did_not_cause_a_slowdown() -> Non
     assert report.score == 0.9
 
 
+def test_a_run_that_hardly_uses_the_cpu_is_not_starved_of_it() -> None:
+    # A straggler whose steps sleep on its peers: 2% of a 2-core host (0.04 of a core) in
+    # its baseline, 0% now, while busy neighbours took less than before.
+    idle = quiet(
+        cpu_count=2,
+        run_cpu_percent=0.0,
+        run_cpu_baseline_percent=2.0,
+        other_cpu_percent=61.0,
+        other_cpu_baseline_percent=98.0,
+        load_per_cpu=2.5,
+    )
+    report = run(host_cpu_contention, *straggler(contention=idle))
+    assert not detected(report)
+    # the same fall from a run that used a core is starvation, when the neighbours held on
+    busy = quiet(
+        cpu_count=2,
+        run_cpu_percent=20.0,
+        run_cpu_baseline_percent=50.0,
+        other_cpu_percent=61.0,
+        other_cpu_baseline_percent=58.0,
+        load_per_cpu=2.5,
+    )
+    assert detected(run(host_cpu_contention, *straggler(contention=busy)))
+
+
+def test_neighbours_that_take_less_than_before_did_not_slow_the_run() -> None:
+    fewer = quiet(
+        run_cpu_percent=20.0,
+        run_cpu_baseline_percent=50.0,
+        other_cpu_percent=61.0,
+        other_cpu_baseline_percent=90.0,
+        load_per_cpu=1.5,
+    )
+    report = run(host_cpu_contention, *degradation(hosts(**_everywhere(contention=fewer))))
+    assert not detected(report)
+
+
 def test_without_a_baseline_a_busy_host_full_of_others_is_contention() -> None:
     unknown = quiet(
         other_cpu_percent=55.0,

@@ -4,7 +4,7 @@ from datetime import timedelta
 
 from event_detector.feed import Feed
 from mldiag_event_detector.rules.liveness import classify
-from mldiag_schemas.events import EventState, EventType
+from mldiag_schemas.events import EventState, EventType, WorkloadEventOpened
 from mldiag_schemas.monitoring import MonitoringRules, RuleName, RuleOverride
 from mldiag_schemas.runs import ErrorDetails, Run, RunPhase, RunPhaseChanged, RunState
 from mldiag_schemas.telemetry import SignalKind, SignalRequest
@@ -230,3 +230,41 @@ def test_a_clean_exit_is_not_a_termination() -> None:
     feed = Feed()
     feed.send(feed.signal(SignalRequest(kind=SignalKind.PROCESS_EXITED, exit_code=0)))
     assert feed.opened() == []
+
+
+def _opened_snapshot_of_h0(feed: Feed) -> tuple[float, float]:
+    """Seconds since h0's last heartbeat and last progress in the interruption's snapshot."""
+    [opened] = [
+        change
+        for change in feed.changes
+        if isinstance(change, WorkloadEventOpened)
+        and change.event.type is EventType.ORCHESTRATOR_INTERRUPTION
+    ]
+    assert opened.context is not None
+    [h0] = [host for host in opened.context.hosts if host.host == "h0"]
+    assert h0.last_heartbeat_time is not None and h0.last_progress_time is not None
+    now = opened.context.captured_at
+    return (
+        (now - h0.last_heartbeat_time).total_seconds(),
+        (now - h0.last_progress_time).total_seconds(),
+    )
+
+
+def test_a_restart_seen_by_its_new_pid_shows_the_new_process_beating() -> None:
+    feed = Feed()
+    feed.send(feed.heartbeat("h0", pid=10))
+    _steps_on_h0(feed, 1, 20)
+    feed.advance(40)  # the first life died 40 s ago, without a word
+    feed.send(feed.heartbeat("h0", pid=11))
+    beat_age, _ = _opened_snapshot_of_h0(feed)
+    assert beat_age == 0.0  # the analyzers must not call the host dead
+
+
+def test_a_restart_seen_by_its_steps_again_shows_the_new_process_progressing() -> None:
+    feed = Feed()
+    feed.send(feed.heartbeat("h0", pid=10))
+    _steps_on_h0(feed, 1, 20)
+    feed.advance(40)
+    _steps_on_h0(feed, 15, 15)  # the new life's first step, before its first heartbeat
+    _, progress_age = _opened_snapshot_of_h0(feed)
+    assert progress_age == 0.0

@@ -166,7 +166,12 @@ def host_snapshot(name: str, host: HostState, since: datetime | None = None) -> 
     return HostSnapshot(
         host=name,
         last_step=host.last_step,
-        last_progress_time=host.last_progress_at,
+        # A step recorded again is progress, by the new process of a restart (the snapshot of
+        # the interruption it opens is taken before the step is counted as progress).
+        last_progress_time=max(
+            (at for at in (host.last_progress_at, host.step_again_at) if at is not None),
+            default=None,
+        ),
         step_time=None if host.pace_is_throughput else _recent_median(host.pace),
         baseline_step_time=(
             median(host.pace.baseline)

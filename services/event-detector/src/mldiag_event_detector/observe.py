@@ -318,16 +318,18 @@ def observe_heartbeat(book: EventBook, beat: RunHeartbeat) -> None:
     previous = host.heartbeats.get(key)
     if previous is not None and beat.received_at < previous.received_at:
         return  # an older heartbeat delivered late says nothing new
-    if state.job:
-        liveness.on_job_heartbeat(book, beat.host, host, beat.pid, beat.received_at)
-    elif previous is not None and previous.pid and beat.pid and beat.pid != previous.pid:
-        liveness.on_new_process(book, beat.host, host, previous.pid, beat.pid, beat.received_at)
+    # Kept before a restart is judged: the event it opens takes a snapshot of the run, in
+    # which the new process is the one beating (not a host silent since the old one died).
     host.heartbeats[key] = Heartbeat(
         pid=beat.pid,
         received_at=beat.received_at,
         interval_seconds=beat.interval_seconds,
         step=beat.step,
     )
+    if state.job:
+        liveness.on_job_heartbeat(book, beat.host, host, beat.pid, beat.received_at)
+    elif previous is not None and previous.pid and beat.pid and beat.pid != previous.pid:
+        liveness.on_new_process(book, beat.host, host, previous.pid, beat.pid, beat.received_at)
     if beat.step is not None:
         _progress(book, beat.host, host, beat.step, beat.received_at)
     if beat.fingerprint and beat.fingerprint != host.fingerprint:

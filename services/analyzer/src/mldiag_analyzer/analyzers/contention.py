@@ -33,7 +33,12 @@ their baseline was."""
 OTHERS_RISE_POINTS = 15.0
 """(proposed) ...or this many points more than in the run's baseline."""
 RUN_DROP = 0.15
-"""(proposed) The run's own CPU share fell when it is this much below its baseline."""
+"""(proposed) The run's own CPU share fell when it is this much below its baseline..."""
+RUN_MIN_CORES = 0.25
+"""(proposed) ...and the baseline used at least this much of a core (:data:`RUN_MIN_PERCENT`
+of the host where its core count is unknown): a run that hardly uses the CPU (waiting on a
+device, on input, on its peers) cannot be starved of it, and its share's noise is no fall."""
+RUN_MIN_PERCENT = 2.5
 HOST_FULL_PERCENT = 85.0
 """(proposed) Run plus others at or above this: the run's share cannot grow."""
 LOAD_PER_CPU = 1.0
@@ -189,12 +194,13 @@ class _CpuReading:
 
     @property
     def run_fell(self) -> bool:
-        return (
-            self.run is not None
-            and self.run_baseline is not None
-            and self.run_baseline > 0
-            and self.run <= self.run_baseline * (1 - RUN_DROP)
-        )
+        if self.run is None or self.run_baseline is None:
+            return False
+        if self.cpus:
+            used = self.run_baseline * self.cpus / 100 >= RUN_MIN_CORES
+        else:
+            used = self.run_baseline >= RUN_MIN_PERCENT
+        return used and self.run <= self.run_baseline * (1 - RUN_DROP)
 
     @property
     def full(self) -> bool:
@@ -242,7 +248,9 @@ def _cpu_contended(r: _CpuReading) -> bool:
     if r.others_baseline is None:
         rose = high
     else:
-        rose = r.others - r.others_baseline >= OTHERS_RISE_POINTS or (high and r.run_fell)
+        # Busy neighbours that take no less than before, while the run's share falls.
+        held = high and r.others >= r.others_baseline and r.run_fell
+        rose = r.others - r.others_baseline >= OTHERS_RISE_POINTS or held
     no_room = r.full or (r.load is not None and r.load > LOAD_PER_CPU)
     return rose and no_room
 
