@@ -15,6 +15,8 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis import Case, GenerationMode
+from schemathesis.checks import response_schema_conformance
+from schemathesis.core.failures import FailureGroup
 
 EXAMPLES = int(os.environ.get("MLDIAG_FUZZ_EXAMPLES", "50"))
 """Cases per operation; set ``MLDIAG_FUZZ_EXAMPLES`` higher for a longer hunt."""
@@ -50,6 +52,13 @@ def aimed(
     return st.one_of(strategies)
 
 
+def _streamed(response: requests.Response) -> bool:
+    """An event stream or a plain-text log: read whole, it would never end (or says nothing
+    a schema can check)."""
+    kind = response.headers.get("content-type", "")
+    return kind.startswith(("text/event-stream", "text/plain"))
+
+
 class Fuzzer:
     """Sends cases to a served app as one caller, counting statuses and keeping every 5xx."""
 
@@ -59,21 +68,30 @@ class Fuzzer:
         self.session = session
         self.base_url = base_url
         self.headers = dict(headers)
+        self.conformance = True
+        """Check each answer's body against the document (off where a service's answers
+        are another program's, such as XProf's passthrough)."""
         self.statuses: Counter[int] = Counter()
         self.failures: list[str] = []
         self.operations: list[str] = []
 
     def call(self, case: Case) -> None:
-        """Send ``case``; a 5xx is recorded with what provoked it."""
+        """Send ``case``; a 5xx is recorded with what provoked it, and so is an answer whose
+        body is not what the operation's document says it is (its status's schema)."""
         kwargs = case.as_transport_kwargs(base_url=self.base_url, headers=self.headers)
+        what = f"{case.method} {case.formatted_path} query={case.query!r} body={case.body!r:.300}"
         # stream: a `:watch` route answers an endless event stream; the status is all we read
         with self.session.request(
             **kwargs, stream=True, timeout=60, allow_redirects=False
         ) as response:
-            self.record(
-                response,
-                f"{case.method} {case.formatted_path} query={case.query!r} body={case.body!r:.300}",
-            )
+            self.record(response, what)
+            if self.conformance and not _streamed(response):
+                try:
+                    case.validate_response(response, checks=[response_schema_conformance])
+                except (AssertionError, FailureGroup) as failure:
+                    self.failures.append(
+                        f"{what} -> {response.status_code} not as documented: {failure!s:.400}"
+                    )
 
     def record(self, response: requests.Response, what: str) -> None:
         """Count ``response``; keep it as a failure when it is a server error."""

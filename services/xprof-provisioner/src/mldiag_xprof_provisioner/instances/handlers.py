@@ -176,7 +176,12 @@ async def stop_instance(request: Request, instance_id: str) -> Response:
     return ContractResponse(await _service(request).stop(instance_id))
 
 
-@router.get(OPEN_PATH, status_code=303, responses={303: {"description": "To the UI"}, **_ERRORS})
+@router.get(
+    OPEN_PATH,
+    status_code=303,
+    response_class=RedirectResponse,  # a redirect has no body: none is documented
+    responses={303: {"description": "To the UI"}, **_ERRORS},
+)
 async def open_session(
     request: Request,
     run: Annotated[str, Query(max_length=63, description="The run.")],
