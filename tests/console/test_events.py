@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from console.helpers import UNSTABLE, Pages, Platform, loss_curve, series, snap, wait_for
+from console.helpers import UNSTABLE, Pages, Platform, loss_curve, series, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -45,7 +45,6 @@ def test_a_nan_loss_is_an_event_on_the_timeline_with_its_reports(
     page.locator(".events-tab").evaluate(
         "tab => window.scrollTo(0, tab.getBoundingClientRect().top + window.scrollY - 56)"
     )
-    snap(page, "run-events")
 
     # The same NaNs on the run's loss chart: marked, and counted on its badge.
     page.get_by_test_id("tab-metrics").click()

@@ -25,7 +25,7 @@ import pytest
 from playwright.sync_api import Page, Route, expect
 
 from console.fake_training import Recorded, ago, create_fake_training
-from console.helpers import Pages, Platform, snap, wait_for
+from console.helpers import Pages, Platform, wait_for
 from mldiag_schemas.jobs import (
     AcceleratorType,
     ContainerSpec,
@@ -229,7 +229,6 @@ def test_the_jobs_list_shows_states_and_pools_and_follows_changes_live(
     expect(page.locator(f'tr[data-job-id="{DONE}"]')).to_contain_text(f"n1-standard-4 {X} 1")
     expect(page.locator(f'tr[data-job-id="{QUEUED}"]')).to_contain_text("not started")
     expect(page.get_by_test_id("live")).to_have_attribute("data-state", "polling")
-    snap(page, "jobs")
 
     recorded.update(QUEUED, state=JobState.PENDING)
     expect(page.locator(f'tr[data-job-id="{QUEUED}"]')).to_have_attribute(
@@ -274,7 +273,6 @@ def test_a_job_shows_its_spec_replicas_and_a_followed_log_and_links_to_its_run(
     expect(page.get_by_test_id("log-status")).to_have_attribute("data-mode", "following")
     recorded.log(RUNNING, "workerpool0-0", "epoch 2 loss 0.70\n")
     expect(log).to_have_text("epoch 1 loss 0.90\nepoch 2 loss 0.70\n")
-    snap(page, "job")
 
     page.get_by_test_id("log-replica").select_option("workerpool1-0")
     expect(log).to_have_text("worker 1 says hello\n")

@@ -19,7 +19,6 @@ from console.helpers import (
     near,
     not_reloaded,
     series,
-    snap,
 )
 
 pytestmark = pytest.mark.e2e
@@ -43,7 +42,6 @@ def test_a_run_page_draws_its_loss_chart_and_redraws_it_with_new_points(
     assert len(colours) >= 4, colours  # line, band, grid, axis labels at least
     line = sum(count for key, count in colours.items() if near(key, LINE_BLUE))
     assert line > canvas["width"] // 2, f"the loss line is hardly drawn: {line} px"
-    snap(page, "run-metrics")
 
     mark_page(page)
     more = range(SEED_STEPS + 1, SEED_STEPS + 101)

@@ -10,7 +10,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from console.helpers import ALPHA, BETA, GAMMA, Pages, Platform, mark_page, not_reloaded, snap
+from console.helpers import ALPHA, BETA, GAMMA, Pages, Platform, mark_page, not_reloaded
 
 pytestmark = pytest.mark.e2e
 
@@ -26,7 +26,6 @@ def test_runs_list_signs_in_filters_by_state_and_shows_a_new_run_live(
     for run_id in (ALPHA, BETA, GAMMA):
         expect(page.locator(f'tr[data-run-id="{run_id}"]')).to_be_visible()
     assert page.evaluate("localStorage.getItem('mldiag.token')") == platform.viewer
-    snap(page, "runs")
 
     page.get_by_test_id("state-filter").select_option("STATE_COMPLETED")
     expect(page.get_by_test_id("filter-text")).to_have_text("state = STATE_COMPLETED")
@@ -60,4 +59,3 @@ def test_two_runs_picked_in_the_table_compare_on_one_chart(
     expect(diff.locator('tr[data-key="lr"]')).to_be_visible()
     expect(diff.locator('tr[data-key="optimizer"]')).to_contain_text("adam")
     expect(diff.locator('tr[data-key="batch"]')).to_have_count(0)  # unchanged: hidden
-    snap(page, "compare")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from console.helpers import ALPHA, BETA, UNSTABLE, Pages, Platform, snap, wait_for_analysis
+from console.helpers import ALPHA, BETA, UNSTABLE, Pages, Platform, wait_for_analysis
 
 pytestmark = pytest.mark.e2e
 
@@ -47,7 +47,6 @@ def test_a_share_link_from_the_dialog_opens_one_run_signed_out_until_revoked(
         shared.locator('[data-testid=chart][data-metric=loss][data-ready="true"]')
     ).to_be_visible()
     assert shared.evaluate("localStorage.getItem('mldiag.token')") is None
-    snap(shared, "shared-run")
 
     # (a) Nothing else: another run in the page needs a sign-in; through the API, 403.
     shared.goto(f"{platform.console_url}#/runs/{BETA}")
@@ -103,7 +102,6 @@ def test_an_event_share_link_shows_the_event_with_its_reports_and_not_the_run(
     expect(detail).to_have_attribute("data-event-id", event_id)
     expect(detail.get_by_test_id("analyzer-report").first).to_be_visible()
     expect(event_page.get_by_test_id("tabs")).to_have_count(0)
-    snap(event_page, "shared-event")
     with platform.as_bearer(event_link["token"]) as bearer:
         event_path = f"/v1/machineLearningRuns/{UNSTABLE}/monitoredEvents/{event_id}"
         assert bearer.get(event_path).status_code == 200

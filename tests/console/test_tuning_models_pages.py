@@ -28,7 +28,7 @@ import pytest
 from playwright.sync_api import Page, Route, expect
 
 from console.fake_training import ago
-from console.helpers import Pages, Platform, snap, wait_for
+from console.helpers import Pages, Platform, wait_for
 from mldiag_schemas.jobs import (
     ContainerSpec,
     CustomJobSpec,
@@ -245,7 +245,6 @@ def test_a_study_lists_draws_its_trials_and_compares_two(platform: Platform, pag
     expect(row.get_by_test_id("study-trials")).to_contain_text("1 infeasible")
     expect(row.get_by_test_id("study-best")).to_have_attribute("data-value", "0.2")
     expect(row.get_by_test_id("study-best")).to_contain_text("loss · min · trial 5")
-    snap(page, "tuning")
 
     row.get_by_test_id("study-link").click()
     expect(page.get_by_test_id("study-name")).to_have_text("resnet lr sweep")
@@ -282,7 +281,6 @@ def test_a_study_lists_draws_its_trials_and_compares_two(platform: Platform, pag
     expect(best.get_by_test_id("trial-run-link")).to_have_attribute(
         "href", f"#/runs/{_trial_job(5)}"
     )
-    snap(page, "study")
 
     compare = page.get_by_test_id("compare-trials")
     expect(compare).to_have_class(re.compile("disabled"))
@@ -304,7 +302,6 @@ def test_models_list_and_a_models_versions_with_lineage(platform: Platform, page
     row = page.locator(f'tr[data-model-id="{MODEL}"]')
     expect(row.get_by_test_id("model-default-version")).to_have_text("2")
     expect(row.get_by_test_id("model-aliases")).to_have_text("prod")
-    snap(page, "models")
 
     row.get_by_test_id("model-link").click()
     expect(page.get_by_test_id("model-name")).to_have_text("resnet")
@@ -325,7 +322,6 @@ def test_models_list_and_a_models_versions_with_lineage(platform: Platform, page
     oldest = versions.locator('tr[data-version-id="1"]')
     expect(oldest.get_by_test_id("version-aliases")).to_have_text("old")
     expect(oldest.get_by_test_id("version-lineage")).to_contain_text("no lineage")
-    snap(page, "model")
 
     oldest.click()
     expect(page).to_have_url(re.compile(r"version=1$"))
