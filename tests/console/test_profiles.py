@@ -7,7 +7,7 @@ listed on the page; a viewer sees the session but has no capture button.
 import pytest
 from playwright.sync_api import expect
 
-from console.helpers import PROFILED, Pages, Platform, snap, wait_for
+from console.helpers import PROFILED, Pages, Platform, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -32,7 +32,6 @@ def test_the_capture_button_captures_the_running_job_into_a_session(
     expect(detail.locator('[data-testid=session-hosts] tr[data-host="host-0"]')).to_contain_text(
         "SUCCEEDED"
     )
-    snap(editor, "run-profiles")
 
     viewer = pages.open(platform.viewer, f"#/runs/{PROFILED}/profiles")
     expect(viewer.locator(f'tr[data-session-id="{session_id}"]')).to_be_visible()

@@ -16,14 +16,16 @@ at the end. On it:
   second diverging to a real NaN that the event detector and analyzers explain;
 - a study of 6 trials, 2 at a time, over learning rate and width (``training.py``): each
   trial a numpy script on the executor reporting its loss in the ``cloudml-hypertune`` file;
+  then a second, of 12 with median stopping, still running when the Tuning page is drawn;
 - two training pipelines, each a custom job (a numpy script printing its progress and
   saving its weights to ``AIP_MODEL_DIR``) whose model is imported: version 1 of
   ``mlp-sine``, then version 2, aliased ``baseline`` and ``prod``;
+- a JAX custom job serving XProf's profiler, captured on demand from the console's form;
 - share links to the diverged run and to its non-finite loss event.
 
-Pages, 1400x900 (each PNG under 200 KB): runs, run-metrics, run-events, compare, jobs, job
-(the second pipeline's job while it runs), tuning, study, models, model, shared-run,
-shared-event. ``run-profiles.png`` stays with the browser tests (``docs/console/README.md``).
+Pages, 1400x900 (each PNG under 200 KB): runs (run set ``mlp-sine``: the SDK's runs and the
+jobs'), run-metrics, run-events, compare, jobs, job (the second pipeline's job while it
+runs), tuning, study, models, model, run-profiles, shared-run, shared-event.
 """
 
 import argparse
@@ -78,6 +80,12 @@ def _analysed_event(http: httpx.Client, unstable: str) -> str | None:
     return overflow[0] if any(a["reports"] for a in answer.get("analyses", [])) else None
 
 
+def _profiler_target(http: httpx.Client, run_id: str) -> bool:
+    """Whether the run's profiler server has registered itself."""
+    answer = http.get(f"/v1/machineLearningRuns/{run_id}/profilerTargets")
+    return answer.status_code == 200 and bool(answer.json().get("profilerTargets"))
+
+
 def _share(http: httpx.Client, resource: str) -> str:
     """A share link's token, made through the API as the console's dialog makes them."""
     answer = http.post("/v1/shareLinks", json={"resource": resource, "ttlSeconds": 3600})
@@ -88,7 +96,7 @@ def _share(http: httpx.Client, resource: str) -> str:
 
 def _photograph(api: str, token: str, scratch: Path, out: Path) -> None:
     http = httpx.Client(base_url=api, headers={"Authorization": f"Bearer {token}"}, timeout=30)
-    train, trial = training.write_scripts(scratch)
+    train, trial, profiled = training.write_scripts(scratch)
     # The study's trials run while the runs record.
     study = training.start_study(http, trial, "mlp lr x width sweep", 6)
     baseline, unstable = record_runs(api, token, scratch)
@@ -115,6 +123,11 @@ def _photograph(api: str, token: str, scratch: Path, out: Path) -> None:
         training.alias(http, model, "1", ["baseline"])
         training.alias(http, model, "2", ["prod"])
         pages.models(camera, page, console, model.rsplit("/", 1)[-1])
+        stop = scratch / "stop-profiled-job"
+        profiled_job = training.start_profiled_job(http, profiled, stop)
+        _wait(partial(_profiler_target, http, profiled_job), "the JAX job's profiler", 120)
+        pages.profiles(camera, page, console, profiled_job)
+        stop.touch()
         pages.study(camera, page, console, study.rsplit("/", 1)[-1])
         pages.runs(camera, page, console, baseline, unstable)
         event = _wait(

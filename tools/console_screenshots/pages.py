@@ -117,3 +117,20 @@ def shared(
     expect(page.get_by_test_id("analyzer-report").first).to_be_visible()
     camera.snap(page, "shared-event")
     page.close()
+
+
+def profiles(camera: Camera, page: Page, console: str, job_id: str) -> None:
+    """The JAX job's profiles tab after a capture taken with the page's own form."""
+    page.goto(console + f"#/runs/{job_id}/profiles")
+    page.get_by_test_id("capture-button").click()
+    form = page.get_by_test_id("capture-form")
+    form.get_by_test_id("capture-duration").fill("1000")
+    form.get_by_test_id("capture-submit").click()
+    status = page.locator('[data-testid=capture-status][data-state="SUCCEEDED"]')
+    expect(status).to_be_visible(timeout=120_000)
+    session_id = (status.text_content() or "").rsplit(" ", 1)[-1]
+    row = page.locator(f'tr[data-session-id="{session_id}"]')
+    expect(row).to_have_attribute("data-phase", "SUCCEEDED")
+    row.click()
+    expect(page.get_by_test_id("session-detail")).to_be_visible()
+    camera.snap(page, "run-profiles")

@@ -104,12 +104,12 @@ print(f"lr {lr:.4f} width {width}: loss {loss:.4f}", flush=True)
 """
 
 
-def write_scripts(folder: Path) -> tuple[Path, Path]:
-    """The training program and the trial program, in ``folder``."""
-    train, trial = folder / "train_mlp.py", folder / "trial_mlp.py"
-    train.write_text(TRAIN)
-    trial.write_text(TRIAL)
-    return train, trial
+def write_scripts(folder: Path) -> tuple[Path, Path, Path]:
+    """The training, trial and profiled programs, in ``folder``."""
+    scripts = folder / "train_mlp.py", folder / "trial_mlp.py", folder / "train_jax.py"
+    for path, text in zip(scripts, (TRAIN, TRIAL, PROFILED), strict=True):
+        path.write_text(text)
+    return scripts
 
 
 def _pool(command: list[str], args: list[str], machine: str = "e2-standard-4") -> dict[str, Any]:
@@ -219,3 +219,56 @@ def alias(http: httpx.Client, model: str, version: str, aliases: list[str]) -> N
         f"/v1/{model}@{version}:mergeVersionAliases", json={"versionAliases": aliases}
     )
     answer.raise_for_status()
+
+
+# A JAX job serving XProf's profiler (``profiler_port=0``: a free port, registered as the
+# run's profiler target) so that a capture can be taken while it trains; it stops once the
+# file named by its argument appears (or after three minutes, whatever happens to the tool).
+PROFILED = r"""
+import sys, time
+from pathlib import Path
+import jax, jax.numpy as jnp
+import mldiag
+
+stop = Path(sys.argv[1])
+key = jax.random.PRNGKey(7)
+x = jax.random.normal(key, (4096, 16))
+y = jnp.sin(x[:, :4].sum(axis=1, keepdims=True))
+params = (jax.random.normal(key, (16, 256)) / 4, jax.random.normal(key, (256, 1)) / 16)
+
+def loss_fn(params, xb, yb):
+    hidden = jnp.tanh(xb @ params[0])
+    return jnp.mean((hidden @ params[1] - yb) ** 2)
+
+@jax.jit
+def train_step(params, xb, yb):
+    loss, grads = jax.value_and_grad(loss_fn)(params, xb, yb)
+    return tuple(p - 0.1 * g for p, g in zip(params, grads)), loss
+
+with mldiag.init(profiler_port=0, log_system_metrics=False) as run:
+    deadline, step = time.monotonic() + 180, 0
+    while not stop.exists() and time.monotonic() < deadline:
+        step += 1
+        started = time.perf_counter()
+        batch = (step * 128) % 4096
+        params, loss = train_step(params, x[batch:batch + 128], y[batch:batch + 128])
+        loss = float(loss)
+        time.sleep(0.01)  # the input pipeline
+        run.log({"loss": loss, "step_time": time.perf_counter() - started}, step=step)
+        if step % 200 == 0:
+            print(f"step {step:5d}  loss {loss:.4f}", flush=True)
+"""
+
+
+def start_profiled_job(http: httpx.Client, script: Path, stop: Path) -> str:
+    """A custom job running the JAX program until ``stop`` exists; its id."""
+    body = {
+        "displayName": "mlp-sine jax, profiler on",
+        "jobSpec": {
+            "workerPoolSpecs": [_pool(["python", str(script)], [str(stop)], "local-small")],
+            "experiment": "mlp-sine",
+        },
+    }
+    answer = http.post(f"{PARENT}/customJobs", json=body)
+    answer.raise_for_status()
+    return str(answer.json()["name"]).rsplit("/", 1)[-1]
