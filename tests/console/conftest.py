@@ -5,10 +5,8 @@ xprof-provisioner are served in threads against real NATS and PostgreSQL, once f
 console test file; data goes in through the public write APIs, as a user's job writes it, and
 a real JAX workload serves its profiler. One browser (Debian's chromium, headless) for the
 package, a fresh context per page user; no page may raise an uncaught script error. Without
-chromium or a built console every test here is skipped.
-
-With ``MLDIAG_CONSOLE_SCREENSHOTS=<dir>`` the tests also save 1400x900 screenshots of the
-pages they visit there (``docs/console/`` holds the committed ones).
+chromium or a built console every test here is skipped. (The screenshots in ``docs/console/``
+come from the real platform, through ``tools/console_screenshots``, not from these tests.)
 """
 
 import asyncio

@@ -205,17 +205,6 @@ class Pages:
             context.close()
 
 
-def snap(page: Page, name: str) -> None:
-    """Save a screenshot when ``MLDIAG_CONSOLE_SCREENSHOTS`` names a folder."""
-    folder = os.environ.get("MLDIAG_CONSOLE_SCREENSHOTS")
-    if not folder:
-        return
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    page.mouse.move(0, 0)  # no hover state or chart cursor in the picture
-    page.wait_for_timeout(300)  # let a last redraw land
-    page.screenshot(path=str(Path(folder) / f"{name}.png"))
-
-
 def mark_page(page: Page) -> None:
     """Tag the loaded document: a reload would drop the tag (see ``not_reloaded``)."""
     page.evaluate("window.__mldiagTestMark = true")
