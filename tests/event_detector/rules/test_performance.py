@@ -136,3 +136,34 @@ def test_a_straggler_closed_by_the_run_end_is_not_reopened_by_its_late_steps() -
         feed.step(step, h2={"step_time": 2.0})
     assert feed.opened() == [event]
     assert feed.is_resolved(event)
+
+
+def _slow_then(feed: Feed, *, hung: bool) -> None:
+    """60 healthy steps of 50 ms, slow steps of 100 ms for a second, then 60 s in which the
+    process either hangs (only its system metrics still come, at its last step) or keeps
+    stepping slowly."""
+    step = 0
+    for step in range(1, 61):
+        feed.advance(0.05)
+        feed.step(step, h0={"step_time": 0.05 + 0.001 * (step % 3)})
+    for step in range(61, 71):
+        feed.advance(0.1)
+        feed.step(step, h0={"step_time": 0.1})
+    for _ in range(60):
+        feed.advance(1)
+        if hung:
+            feed.step(step, h0={"host_cpu_utilization": 3.0})
+        else:
+            step += 1
+            feed.step(step, h0={"step_time": 0.1})
+
+
+def test_a_process_that_hangs_after_slow_steps_is_no_slowdown() -> None:
+    # The hang is the hang rule's; its system metrics must not stretch the slow window.
+    hung = Feed()
+    _slow_then(hung, hung=True)
+    assert hung.opened(EventType.PERFORMANCE_DEGRADATION) == []
+    slowed = Feed()
+    _slow_then(slowed, hung=False)
+    [event] = slowed.opened(EventType.PERFORMANCE_DEGRADATION)
+    assert event.rule == RuleName.STEP_TIME_REGRESSION

@@ -98,6 +98,12 @@ def step_time_regression(book: EventBook, now: datetime) -> None:
     }
     if not judged:
         return
+    # A slowdown is judged as of the latest step: time with no step at all is a hang's (its
+    # own rule), yet a hung process's system metrics keep arriving and would stretch the
+    # last slow window into an ever longer, costlier slowdown.
+    stepped = [progress for name in judged if (progress := state.hosts[name].last_progress_at)]
+    if stepped:
+        now = min(now, max(stepped))
     slow = {name: verdict for name, verdict in judged.items() if verdict is not None}
     # One slow host among healthy peers is a straggler, not the run slowing down.
     if len(slow) * 2 < len(judged) or (len(judged) > 1 and len(slow) == 1):
