@@ -18,7 +18,7 @@ a fresh database), with the scenario tests' project rules. Every scenario of
   ``burner.py`` processes from a random start, for 10 to 25 s.
 
 A pass starts the scenarios as the tests do (together; those that load the host alone,
-afterwards), waits for them, gives the detector time to resolve what it opened, and reads
+afterwards, once the host's CPU has calmed down), waits for them, gives the detector time to resolve what it opened, and reads
 each run's events. Workloads sample the host every second (so that an analysis can see
 contention), except those that write host metrics themselves.
 
@@ -71,6 +71,7 @@ from scenarios.harness import (  # found through the path set above
     serve,
     top_cause,
     top_report,
+    wait_for_quiet_host,
 )
 from scenarios.test_scenarios import FAST_RULES, SCENARIOS
 
@@ -243,6 +244,8 @@ def run_pass(
     alone = [s for s in scenarios if s.load is not None]
     groups = ([batch] if batch else []) + [[s] for s in alone]
     for group in groups:
+        if group is not batch:
+            wait_for_quiet_host()  # what is normal before its own load is the quiet host
         injected = [Burst(_injected_load(rng, 15))] if condition == "loaded" else []
         launched = [_launch(platform, scenario) for scenario in group]
         _wait_all(platform, launched)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from mldiag_analyzer.app import create_app as create_analyzer
 from mldiag_analyzer.settings import AnalyzerSettings
@@ -39,6 +40,26 @@ WORKLOAD = Path(__file__).with_name("workload.py")
 BURNER = Path(__file__).with_name("burner.py")
 BURNER_NAME = BURNER.name
 """How process listings name a burner (what an analysis of the contention must say)."""
+
+
+QUIET_HOST_PERCENT = 30.0
+"""A host is quiet enough to load on purpose once its CPU stays below this (% of all cores)..."""
+QUIET_HOST_SECONDS = 3
+"""...for this many one-second samples in a row..."""
+QUIET_HOST_WAIT = 60.0
+"""...waiting this long at most (then it goes ahead, as busy as it is)."""
+
+
+def wait_for_quiet_host() -> float:
+    """Wait until the host's CPU has calmed down (the platform digesting what the previous
+    scenarios sent, their processes exiting); return the seconds waited. A scenario that
+    loads the host on purpose is judged against what was normal just before its load, so
+    that must not be the tail of the previous batch."""
+    started = time.monotonic()
+    calm = 0
+    while calm < QUIET_HOST_SECONDS and time.monotonic() - started < QUIET_HOST_WAIT:
+        calm = calm + 1 if psutil.cpu_percent(interval=1.0) < QUIET_HOST_PERCENT else 0
+    return time.monotonic() - started
 
 
 @dataclass(frozen=True)
@@ -161,9 +182,11 @@ class Platform:
         return launched
 
     def launch_alone(self, scenario: Scenario, env: dict[str, str] | None = None) -> Launched:
-        """Let every other scenario end first, then launch this one (it loads the host)."""
+        """Let every other scenario end and the host calm down first, then launch this one
+        (it loads the host)."""
         for launched in list(self.launched.values()):
             self.finish(launched)
+        wait_for_quiet_host()
         return self.launch(scenario, env=env)
 
     def events(self, run_id: str) -> list[dict[str, Any]]:
