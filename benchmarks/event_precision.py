@@ -18,9 +18,9 @@ a fresh database), with the scenario tests' project rules. Every scenario of
   ``burner.py`` processes from a random start, for 10 to 25 s.
 
 A pass starts the scenarios as the tests do (together; those that load the host alone,
-afterwards, once the host's CPU has calmed down), waits for them, gives the detector time to resolve what it opened, and reads
-each run's events. Workloads sample the host every second (so that an analysis can see
-contention), except those that write host metrics themselves.
+afterwards, once the host's CPU has calmed down), waits for them, gives the detector time to
+resolve what it opened, and reads each run's events. Workloads sample the host every second
+(so that an analysis can see contention), except those that write host metrics themselves.
 
 Printed per condition and event type: expected (scenario runs that must raise it), hits,
 hits whose top cause is the scenario's, misses, false events (events no scenario asked for,
