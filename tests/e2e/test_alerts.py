@@ -126,8 +126,8 @@ def test_an_event_reaches_a_webhook_opened_then_resolved(
     assert opened.body["topCause"]["analyzer"] == "numerical-instability"
     assert f"/runs/{run_id}/events/{event['eventId']}" in opened.body["link"]
 
-    # The loss is back where it was: the detector resolves the event.
-    _write(stack, run_id, [14, 15], [1.0, 1.0])
+    # The loss is back where it was for ten steps: the detector resolves the event.
+    _write(stack, run_id, list(range(14, 24)), [1.0] * 10)
     resolved = receiver.wait_for(
         lambda item: (
             item.body["kind"] == "RESOLVED" and item.body["event"]["eventId"] == event["eventId"]
