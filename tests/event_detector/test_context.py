@@ -4,7 +4,6 @@ the run's early samples."""
 from collections.abc import Sequence
 
 from event_detector.feed import Feed
-from mldiag_event_detector.state import TimedSeries
 from mldiag_schemas import monitoring as names
 from mldiag_schemas.events import (
     Contention,
@@ -167,24 +166,3 @@ def test_the_baseline_is_what_was_normal_just_before_the_slowdown() -> None:
     assert contention.other_cpu_baseline_percent == 5.0  # not the early 70
     assert contention.run_cpu_baseline_percent == 25.0
     assert contention.other_cpu_percent == 80.0
-
-
-def _series(seconds: int) -> TimedSeries:
-    """A signal sampled once a second for ``seconds`` seconds, its value the second."""
-    series = TimedSeries()
-    for second in range(seconds):
-        series.add(float(second), float(second))
-    return series
-
-
-def test_a_baseline_is_never_made_of_samples_from_after_the_deviation_began() -> None:
-    # Load began 3 s into the run: nothing normal came before it (the first two samples are
-    # the run's own start-up), so there is no baseline rather than one of loaded samples.
-    assert _series(20).baseline_before(3.0) == []
-    # ...the samples before it, when there are some
-    assert _series(20).baseline_before(8.0) == [2.0, 3.0, 4.0, 5.0]
-    # ...the last ten before it, in a long run
-    assert _series(60).baseline_before(55.0) == [float(s) for s in range(43, 53)]
-    # Older than the window (48 samples): the run's first samples, if they came before it
-    assert _series(60).baseline_before(14.0) == [float(s) for s in range(2, 12)]
-    assert _series(60).baseline_before(13.0) == []

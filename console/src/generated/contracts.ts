@@ -316,8 +316,8 @@ export interface ContainerSpec {
 /**
  * What contention on a host looked like around an event: the recent median of each
  * sampled signal (unset where the host does not sample it), and its baseline where a
- * change is what matters: the median of the samples just before the deviation began, never
- * of samples from after it (none before it: no baseline).
+ * change is what matters: the median of the samples just before the deviation began, or
+ * of the run's first samples after warm-up when too few came before it.
  */
 export interface Contention {
   /** Host CPU in user mode. */

@@ -137,8 +137,8 @@ class ProcessShare(Contract):
 class Contention(Contract):
     """What contention on a host looked like around an event: the recent median of each
     sampled signal (unset where the host does not sample it), and its baseline where a
-    change is what matters: the median of the samples just before the deviation began, never
-    of samples from after it (none before it: no baseline)."""
+    change is what matters: the median of the samples just before the deviation began, or
+    of the run's first samples after warm-up when too few came before it."""
 
     cpu_user_percent: float | None = Field(default=None, description="Host CPU in user mode.")
     cpu_system_percent: float | None = Field(default=None, description="Host CPU in the kernel.")

@@ -30,6 +30,9 @@ PRE_DEVIATION_GAP_SECONDS = 2.0
 describes the interval that ends when it is taken, and arrives a little later): they are
 left out of the baseline before it."""
 
+PRE_DEVIATION_MIN_SAMPLES = 3
+"""Fewer samples than this before a deviation: its baseline is the run's first samples."""
+
 TOP_PROCESSES = 8
 """Other processes remembered per host (the latest sampled)."""
 
@@ -122,14 +125,11 @@ class TimedSeries(State):
     values: list[float] = Field(default_factory=list)
     seen: int = 0
     baseline: list[float] = Field(default_factory=list)
-    baseline_end: float | None = None
-    """When the last of ``baseline`` was received (unix seconds)."""
 
     def add(self, at: float, value: float) -> None:
         """Record one sample (the baseline takes the first ones after warm-up)."""
         if CONTENTION_WARMUP <= self.seen < CONTENTION_WARMUP + CONTENTION_BASELINE:
             self.baseline.append(value)
-            self.baseline_end = at
         self.seen += 1
         self.times.append(at)
         self.values.append(value)
@@ -144,25 +144,18 @@ class TimedSeries(State):
     def baseline_before(self, at: float) -> list[float]:
         """What was normal just before ``at`` (a deviation's start, unix seconds): the last
         :data:`CONTENTION_BASELINE` values received before it (less the gap a sample may
-        overlap it by). Never a sample from after it: a deviation older than the window is
-        held to the run's first samples (which came before everything kept), and one that
-        began within the run's first seconds to the few samples before it, or to nothing
-        (no baseline) when none came before it.
+        overlap it by), or the run's first samples when too few came before it.
 
         The step time's baseline is the healthy stretch before a slowdown; comparing contention
         with the same stretch asks what changed when the steps slowed, which the run's first
         seconds cannot answer when load was already there (or came and went) back then."""
         cutoff = at - PRE_DEVIATION_GAP_SECONDS
-        kept = list(zip(self.times, self.values, strict=True))
-        whole_run = self.seen == len(kept)
-        if whole_run:
-            kept = kept[CONTENTION_WARMUP:]  # the run's own start-up is nobody's normal
-        before = [value for time, value in kept if time < cutoff]
-        if before or whole_run:
+        before = [
+            value for time, value in zip(self.times, self.values, strict=True) if time < cutoff
+        ]
+        if len(before) >= PRE_DEVIATION_MIN_SAMPLES:
             return before[-CONTENTION_BASELINE:]
-        # Older than the window: the run's first samples, if they all came before it.
-        clean = self.baseline_end is None or self.baseline_end < cutoff
-        return self.baseline if clean else []
+        return self.baseline
 
 
 class OtherProcess(State):
