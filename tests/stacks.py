@@ -18,6 +18,50 @@ API_COMPONENTS = ("edge", "run-registry")
 """The component whose URL is the one address users call (the edge, where there is one)."""
 
 
+STACK_BASE_PORTS = (
+    4317,
+    4318,
+    8080,
+    8081,
+    8082,
+    8083,
+    8084,
+    8085,
+    8086,
+    8087,
+    8090,
+    14222,
+    18222,
+    15432,
+)
+"""Every port `mldiag up` listens on, before ``MLDIAG_PORT_OFFSET`` shifts them."""
+
+
+def ports_free(offset: int) -> bool:
+    """Whether every stack port shifted by ``offset`` can be bound now."""
+    import socket  # noqa: PLC0415
+
+    for port in STACK_BASE_PORTS:
+        with socket.socket() as sock:
+            # as servers do: a port in TIME_WAIT after a clean stop counts as free
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("127.0.0.1", port + offset))
+            except OSError:
+                return False
+    return True
+
+
+def free_port_offset(start: int = 2_000, stride: int = 137) -> int:
+    """A port offset whose whole range is free. Every shifted port stays below 32768, where
+    Linux picks ephemeral ports for outgoing connections, and clear of XProf's 9100+; callers
+    that run side by side take different ``start``/``stride``."""
+    for offset in range(start, 14_000, stride):
+        if ports_free(offset):
+            return offset
+    raise RuntimeError("no free port range for the stack")
+
+
 class Stack:
     """A running stack: its home, its API address and its admin token."""
 

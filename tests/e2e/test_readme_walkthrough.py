@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from stacks import free_port_offset
 from support import world_readable_tempdir
 
 pytestmark = pytest.mark.e2e
@@ -21,31 +22,12 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = "<!-- walkthrough -->"
 BLOCK = re.compile(re.escape(MARKER) + r"\n```bash\n(.*?)\n```", re.DOTALL)
-BASE_PORTS = (4317, 4318, 8080, 8081, 8082, 8083, 8084, 8085, 8086, 8087, 8090, 14222, 18222, 15432)
 STEP = "### walkthrough step {} ###"
 
 
 def walkthrough_blocks(readme: str) -> list[str]:
     """The walk-through's shell blocks, in order."""
     return BLOCK.findall(readme)
-
-
-def _free_offset() -> int:
-    """A port offset whose whole range is free, below the ephemeral ports and XProf's 9100+."""
-    import socket  # noqa: PLC0415
-
-    def free(offset: int) -> bool:
-        for port in BASE_PORTS:
-            with socket.socket() as sock:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    sock.bind(("127.0.0.1", port + offset))
-                except OSError:
-                    return False
-        return True
-
-    # Another start than the walking skeleton's, so the two can run side by side.
-    return next(offset for offset in range(2_050, 14_000, 131) if free(offset))
 
 
 @pytest.fixture
@@ -56,7 +38,8 @@ def places() -> Iterator[dict[str, str]]:
         **os.environ,
         "MLDIAG_HOME": str(base / "home"),
         "MLDIAG_CONFIG_DIR": str(base / "config"),
-        "MLDIAG_PORT_OFFSET": str(_free_offset()),
+        # Another start than the walking skeleton's, so the two can run side by side.
+        "MLDIAG_PORT_OFFSET": str(free_port_offset(start=2_050, stride=131)),
         "TMPDIR": str(base),  # `mktemp -d` lands here, and goes with it
     }
     for name in ("MLDIAG_API_URL", "MLDIAG_TOKEN", "VIRTUAL_ENV"):

@@ -27,35 +27,12 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue, KeyValueList
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
 
+from stacks import free_port_offset, ports_free
 from support import world_readable_tempdir
 
 pytestmark = pytest.mark.e2e
 
 MLDIAG = [sys.executable, "-m", "mldiag.cli"]
-BASE_PORTS = (4317, 4318, 8080, 8081, 8082, 8083, 8084, 8085, 8086, 8087, 8090, 14222, 18222, 15432)
-
-
-def _ports_free(offset: int) -> bool:
-    import socket  # noqa: PLC0415
-
-    for port in BASE_PORTS:
-        with socket.socket() as sock:
-            # as servers do: a port in TIME_WAIT after a clean stop counts as free
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind(("127.0.0.1", port + offset))
-            except OSError:
-                return False
-    return True
-
-
-def _free_offset() -> int:
-    # Every shifted port stays below 32768, where Linux picks ephemeral ports for outgoing
-    # connections (a later collision would fail the test), and clear of XProf's 9100+.
-    for offset in range(2_000, 14_000, 137):
-        if _ports_free(offset):
-            return offset
-    raise RuntimeError("no free port range for the stack")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -111,7 +88,7 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
     home = world_readable_tempdir("mldiag-e2e-")
-    running = Stack(home, _free_offset())
+    running = Stack(home, free_port_offset())
     started = time.monotonic()
     up = running.cli("up", "--detach")
     elapsed = time.monotonic() - started
@@ -261,7 +238,7 @@ def test_xprof_instance_starts_and_stops(stack: Stack) -> None:
 
 def test_down_leaves_no_process_behind() -> None:
     home = world_readable_tempdir("mldiag-e2e-down-")
-    stack = Stack(home, _free_offset())
+    stack = Stack(home, free_port_offset())
     try:
         assert stack.cli("up", "--detach").returncode == 0
         pids = stack.pids()
@@ -270,7 +247,7 @@ def test_down_leaves_no_process_behind() -> None:
         down = stack.cli("down")
         assert down.returncode == 0, down.stdout + down.stderr
         assert not any(_pid_alive(pid) for pid in pids)
-        assert _ports_free(stack.offset)
+        assert ports_free(stack.offset)
         assert stack.cli("status").returncode != 0
     finally:
         stack.cli("down")
