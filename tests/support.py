@@ -238,16 +238,23 @@ def served_in_thread(app: FastAPI) -> Iterator[str]:
 
 
 @asynccontextmanager
-async def served_on_port(app: FastAPI) -> AsyncIterator[str]:
-    """Serve ``app`` with uvicorn on a free port in this event loop (for other processes,
-    such as the official SDK in a subprocess); yield its base URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None))
+async def served_on_port(
+    app: FastAPI, port: int | None = None, **config: Any
+) -> AsyncIterator[str]:
+    """Serve ``app`` with uvicorn on ``port`` (default: a free one) in this event loop (for
+    other processes, such as the official SDK in a subprocess); yield its base URL.
+    ``config``: more ``uvicorn.Config`` options (``lifespan="off"``...)."""
+    port = port or free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, **config)
+    )
     task = asyncio.create_task(server.serve())
     try:
         for _ in range(400):  # up to 20 s for the lifespan (migrations, streams)
             if server.started:
                 break
+            if task.done():
+                await task  # it failed to start: say why
             await asyncio.sleep(0.05)
         yield f"http://127.0.0.1:{port}"
     finally:

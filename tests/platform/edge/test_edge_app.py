@@ -5,19 +5,18 @@ import asyncio
 import hashlib
 import socket
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 
 from mldiag_platform.edge.app import HEALTH_PATH, METRICS_PATH, Edge
 from mldiag_platform.edge.settings import EdgeSettings
-from support import free_port
+from support import free_port, served_on_port
 
 
 @dataclass
@@ -67,31 +66,9 @@ def _service(name: str, seen: Seen) -> FastAPI:
     return app
 
 
-@asynccontextmanager
-async def _serving(app: Any, port: int) -> AsyncIterator[None]:
+def _serving(app: Any, port: int) -> AbstractAsyncContextManager[str]:
     # As the edge's __main__ serves: no Server or Date header of its own.
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=port,
-        log_config=None,
-        access_log=False,
-        lifespan="on",
-        server_header=False,
-        date_header=False,
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            await task
-        await asyncio.sleep(0.01)
-    try:
-        yield
-    finally:
-        server.should_exit = True
-        server.force_exit = True
-        await task
+    return served_on_port(app, port, access_log=False, server_header=False, date_header=False)
 
 
 @dataclass

@@ -2,19 +2,17 @@
 apps describe, every route they register is in it, it documents the error body the error
 boundary really answers (never FastAPI's 422), and the edge serves the same document."""
 
-import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import schemathesis
-import uvicorn
 from fastapi import FastAPI
 from fastapi.routing import APIRoute, iter_route_contexts
 
@@ -29,7 +27,7 @@ from mldiag_platform.edge.openapi import (
 )
 from mldiag_platform.edge.routes import SERVICES, Route, RouteTable
 from mldiag_platform.edge.settings import EdgeSettings
-from support import free_port
+from support import free_port, served_on_port
 
 ROOT = Path(__file__).resolve().parents[3]
 COMMITTED = ROOT / "schemas" / "contracts" / "openapi.json"
@@ -227,21 +225,9 @@ def test_building_the_apps_does_no_network_io_and_the_library_imports_no_service
     assert json.loads(result.stdout.replace("'", '"')) == sorted(SERVICES)
 
 
-@asynccontextmanager
-async def _serving(app: Any, port: int) -> AsyncIterator[None]:
+def _serving(app: Any, port: int) -> AbstractAsyncContextManager[str]:
     # The services' lifespans stay off: their documents need no connection.
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="off")
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            await task
-        await asyncio.sleep(0.01)
-    try:
-        yield
-    finally:
-        server.should_exit = True
-        await task
+    return served_on_port(app, port, lifespan="off")
 
 
 async def test_the_edge_serves_the_merged_document_and_a_docs_page() -> None:
