@@ -322,3 +322,19 @@ async def test_a_patch_merges_secrets_and_keeps_the_required_ones(
     assert "webhookUrl" in response.text
     row = await notifier_db.fetchrow("SELECT secret_keys FROM channels WHERE channel_id = 'slack'")
     assert list(row["secret_keys"]) == ["webhookUrl"]
+
+
+async def test_a_nul_in_a_patch_is_a_400_naming_the_field(notifier_api: httpx.AsyncClient) -> None:
+    # PostgreSQL's jsonb cannot hold NUL: found by the fuzz test as a 500 once
+    body = {"displayName": "Hook", "kind": "WEBHOOK", "config": {"url": "http://127.0.0.1:9/x"}}
+    await create(notifier_api, "/notificationChannels?channelId=hook", body)
+    response = await notifier_api.patch(
+        BASE + "/notificationChannels/hook?updateMask=displayName",
+        content=b'{"displayName": "a\\u0000b"}',
+        headers={"Content-Type": "application/json"},
+    )
+    error = error_of(response, 400)
+    assert error["code"] == "invalid_argument"
+    assert "displayName" in response.text
+    response = await notifier_api.get(BASE + "/notificationChannels/hook")
+    assert response.json()["displayName"] == "Hook"

@@ -104,8 +104,7 @@ def parse_body(
     A string (or key) holding NUL is refused too, naming where: PostgreSQL's text and jsonb
     cannot store it, and a contract check cannot see it.
     """
-    if _ESCAPED_NUL in raw:
-        _refuse_nul(raw, error)
+    refuse_nul(raw, error)
     try:
         parsed = model.model_validate_json(raw or b"{}")
     except ValidationError as exc:
@@ -116,6 +115,13 @@ def parse_body(
         raise error(f"the {model.__name__} body is not valid", details=details) from None
     _refuse_unstorable(parsed, error)
     return parsed
+
+
+def refuse_nul(raw: bytes, error: type[InvalidArgument] = InvalidArgument) -> None:
+    """Raise ``error`` naming the first field of a JSON body whose key or value holds NUL:
+    for routes that read a body as a free-form object rather than through a contract."""
+    if _ESCAPED_NUL in raw:
+        _refuse_nul(raw, error)
 
 
 def _refuse_nul(raw: bytes, error: type[InvalidArgument]) -> None:

@@ -31,6 +31,7 @@ from mldiag_notifier.repository import (
 )
 from mldiag_platform import resources
 from mldiag_platform.errors import InvalidArgument
+from mldiag_platform.http import refuse_nul
 from mldiag_platform.listing.filtering import FieldSpec, Kind, OrderKey, field_table, parse_filter
 from mldiag_platform.listing.paging import keyset_position, keyset_token, page_size, query_digest
 from mldiag_schemas.alerts import (
@@ -139,6 +140,8 @@ def _mask(update_mask: str, body: dict[str, Any], allowed: frozenset[str]) -> li
 
 
 def _object(raw: bytes) -> dict[str, Any]:
+    # PostgreSQL's jsonb cannot hold NUL: refused here, naming the field, never a 500 later
+    refuse_nul(raw)
     try:
         body = json.loads(raw or b"{}")
     except ValueError:
