@@ -73,6 +73,10 @@ def test_disabled_starts_no_thread_opens_no_socket_writes_no_file(
     run.record("accuracy", 0.9, step=3)
     with mldiag.data_wait(), run.checkpoint():
         pass
+    with mldiag.xprof() as profiler:  # traces nothing, and never asks JAX
+        pass
+    assert profiler.session_id is not None
+    assert not profiler.active
     assert run.step == 5
     assert run.flush() is True
     assert run.report_signal("EXCEPTION") is False

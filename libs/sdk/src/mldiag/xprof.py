@@ -43,6 +43,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ParamSpec, Self, TypeVar
 
+from mldiag.config import Mode
 from mldiag.profiling import FinishedTrace, RunProfiles, TracerLevels
 from mldiag.run import Run, current_run
 
@@ -212,8 +213,13 @@ class XProf:
                     "no run to profile: call mldiag.init() (or machinelearning_run()) first, "
                     "or pass run= to mldiag.xprof()"
                 )
-            jax = importlib.import_module("jax")
             chosen = session_id or self._fixed_session_id
+            if run.mode is Mode.DISABLED:
+                # MLDIAG_MODE=disabled makes every call a no-op: not even JAX is touched
+                session = check_session_id(chosen) if chosen else new_session_id()
+                self._started, self._tracing, self._session_id = True, False, session
+                return session
+            jax = importlib.import_module("jax")
             session = check_session_id(chosen) if chosen else shared_session_id(jax)
             index = jax.process_index() if jax.process_count() > 1 else run.process_index
             if self._process_indexes is not None and index not in self._process_indexes:
