@@ -105,7 +105,7 @@ def test_a_bare_jax_optax_step_records_grad_norm(
     norms = []
     for x, y in batches(20):
         grads = jax.grad(lambda p, x=x, y=y: jnp.mean((x @ p["w"] + p["b"] - y) ** 2))(params)
-        norms.append(float(optax.global_norm(grads)))
+        norms.append(float(optax.tree.norm(grads)))
         params, opt_state, _ = step(params, opt_state, x, y)
     run.finish()
 

@@ -12,7 +12,7 @@ wrapper takes the metrics: a mapping returned (or the last mapping in a returned
 ``metrics=`` picks them from any other shape. It records, per step (every ``log_every``-th):
 
 - every scalar of the metrics (``loss``, ``accuracy``, ``grad_norm``...);
-- ``grad_norm``: ``optax.global_norm`` of ``metrics["grads"]`` when the step returns its
+- ``grad_norm``: ``optax.tree.norm`` of ``metrics["grads"]`` when the step returns its
   gradients and no ``grad_norm`` of its own (computed in one jitted call);
 - ``learning_rate``: from ``learning_rate=`` (a number, or an Optax schedule called with the
   step), else from an ``optax.inject_hyperparams`` state found in the step's arguments or
@@ -54,8 +54,12 @@ R = TypeVar("R")
 
 _INJECTED = (optax.InjectHyperparamsState, optax.InjectStatefulHyperparamsState)
 
-# One compiled reduction instead of a dispatch per gradient leaf.
-_global_norm: Callable[[Any], jax.Array] = jax.jit(optax.global_norm)
+# One compiled reduction instead of a dispatch per gradient leaf. optax.tree.norm replaced
+# optax.global_norm (deprecated, warns on every trace) in the optax releases that have it.
+_tree = getattr(optax, "tree", None)
+_global_norm: Callable[[Any], jax.Array] = jax.jit(
+    getattr(_tree, "norm", None) or optax.global_norm
+)
 
 
 class TrackedStep(Generic[P, R]):
