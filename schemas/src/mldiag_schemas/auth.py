@@ -23,6 +23,7 @@ class Permission(enum.StrEnum):
     RUNS_LIST = "machineLearningRuns.list"
     RUNS_UPDATE = "machineLearningRuns.update"
     RUNS_DELETE = "machineLearningRuns.delete"
+    RUNS_PURGE = "machineLearningRuns.purge"
     METRICS_WRITE = "machineLearningRuns.writeMetrics"
     CONFIGS_WRITE = "machineLearningRuns.writeConfigs"
     OPERATIONS_GET = "operations.get"
@@ -76,6 +77,8 @@ class Permission(enum.StrEnum):
     ALERT_RULES_UPDATE = "alertRules.update"
     ALERT_RULES_DELETE = "alertRules.delete"
     DELIVERIES_LIST = "notificationDeliveries.list"
+    RETENTION_GET = "retentionPolicies.get"
+    RETENTION_UPDATE = "retentionPolicies.update"
 
 
 class Role(enum.StrEnum):
@@ -118,6 +121,7 @@ _VIEWER = frozenset(
         Permission.ALERT_RULES_GET,
         Permission.ALERT_RULES_LIST,
         Permission.DELIVERIES_LIST,
+        Permission.RETENTION_GET,
     }
 )
 _EDITOR = _VIEWER | {
@@ -157,7 +161,14 @@ _EDITOR = _VIEWER | {
     Permission.ALERT_RULES_UPDATE,
     Permission.ALERT_RULES_DELETE,
 }
-_ADMIN = _EDITOR | {Permission.TOKENS_CREATE, Permission.TOKENS_LIST, Permission.TOKENS_DELETE}
+_ADMIN = _EDITOR | {
+    Permission.TOKENS_CREATE,
+    Permission.TOKENS_LIST,
+    Permission.TOKENS_DELETE,
+    # Removing data for good (a policy that drops it, a purge) is past undoing: admins only.
+    Permission.RETENTION_UPDATE,
+    Permission.RUNS_PURGE,
+}
 
 ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
     Role.VIEWER: _VIEWER,

@@ -7,6 +7,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mldiag_platform.http import DEFAULT_MAX_BODY_BYTES
 from mldiag_platform.settings import DatabaseSettings, LogSettings, NatsSettings, StorageSettings
+from mldiag_schemas.retention import DEFAULT_DELETED_RUNS_DAYS
 
 
 class RunRegistrySettings(BaseSettings):
@@ -63,6 +64,18 @@ class RunRegistrySettings(BaseSettings):
     )
     log_retention_sweep_seconds: float = Field(
         default=3600.0, gt=0, description="How often log lines past retention are deleted."
+    )
+    retention_sweep_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        description="How often projects' retention policies are applied (old point partitions"
+        " dropped, metric data of long-ended runs expired, runs deleted long ago purged).",
+    )
+    retention_deleted_runs_days: int = Field(
+        default=DEFAULT_DELETED_RUNS_DAYS,
+        ge=0,
+        description="Days a deleted run stays restorable before it is purged for good, in"
+        " projects whose retention policy does not say; 0 keeps deleted runs forever.",
     )
     console_dir: Path | None = Field(
         default=None,

@@ -172,3 +172,20 @@ class EventsRepository:
             run_id,
         )
         return [Analysis.model_validate_json(row["body"]) for row in rows]
+
+    async def purge_run(self, run_id: str) -> tuple[int, int]:
+        """Remove every event and analysis of a run, in one transaction; (events, analyses)
+        removed. Analyses go first and also by their event, so none outlives its event."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            analyses = await conn.execute(
+                "DELETE FROM analyses WHERE run_id = $1"
+                " OR event_id IN (SELECT event_id FROM events WHERE run_id = $1)",
+                run_id,
+            )
+            events = await conn.execute("DELETE FROM events WHERE run_id = $1", run_id)
+        return _count(events), _count(analyses)
+
+
+def _count(status: str) -> int:
+    """Rows a ``DELETE n`` status names."""
+    return int(status.rsplit(" ", 1)[-1])

@@ -57,3 +57,8 @@ class HeartbeatsRepository:
             run_id,
         )
         return rows
+
+    async def purge_run(self, run_id: str) -> int:
+        """Remove every process's heartbeat of a run; how many."""
+        status: str = await self._pool.execute("DELETE FROM heartbeats WHERE run_id = $1", run_id)
+        return int(status.rsplit(" ", 1)[-1])

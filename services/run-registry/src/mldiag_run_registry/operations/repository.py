@@ -191,3 +191,15 @@ class OperationsRepository:
             location,
         )
         return bool(deleted)
+
+    async def purge_target(self, project: str, location: str, target: str) -> int:
+        """Forget every operation about ``target`` or a resource under it (a run's writes,
+        its captures' sessions); how many."""
+        status: str = await self._pool.execute(
+            "DELETE FROM operations WHERE project = $1 AND location = $2"
+            " AND (target = $3 OR left(target, length($3) + 1) = $3 || '/')",
+            project,
+            location,
+            target,
+        )
+        return int(status.rsplit(" ", 1)[-1])

@@ -196,6 +196,15 @@ class PendingCapture:
     create_time: datetime
 
 
+@dataclass(frozen=True)
+class StoredFiles:
+    """Where one session of a run keeps its files (URIs, as reported or planned)."""
+
+    session_id: str
+    folder_uri: str
+    file_uris: tuple[str, ...]
+
+
 class ProfilesRepository:
     """Sessions (with their hosts) and targets, keyed by run."""
 
@@ -438,3 +447,30 @@ class ProfilesRepository:
             run_id,
         )
         return [_target_from(project, location, row) for row in rows]
+
+    # --- purge (retention/ drives it) -----------------------------------------------------
+
+    async def stored_files(self, run_id: str) -> list[StoredFiles]:
+        """Where each session of the run keeps its files: its folder and its hosts' files."""
+        rows = await self._pool.fetch(
+            "SELECT s.session_id, s.storage_folder_uri,"
+            " coalesce(array_agg(h.file_uri) FILTER (WHERE h.file_uri <> ''), '{}') AS files"
+            " FROM profiler_sessions s LEFT JOIN profiler_session_hosts h"
+            " ON h.run_id = s.run_id AND h.session_id = s.session_id"
+            " WHERE s.run_id = $1 GROUP BY s.session_id, s.storage_folder_uri"
+            " ORDER BY s.session_id",
+            run_id,
+        )
+        return [
+            StoredFiles(row["session_id"], row["storage_folder_uri"], tuple(row["files"]))
+            for row in rows
+        ]
+
+    async def purge_run(self, run_id: str) -> tuple[int, int]:
+        """Remove every session (its hosts cascade) and profiler target of a run, in one
+        transaction; (sessions, targets) removed. Their files are the caller's to remove
+        first (:meth:`stored_files`): once the rows are gone nothing says where they are."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            sessions = await conn.execute("DELETE FROM profiler_sessions WHERE run_id = $1", run_id)
+            targets = await conn.execute("DELETE FROM profiler_targets WHERE run_id = $1", run_id)
+        return int(sessions.rsplit(" ", 1)[-1]), int(targets.rsplit(" ", 1)[-1])

@@ -4,6 +4,7 @@ and stages its bus messages in the outbox.
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Literal
 
 import asyncpg
@@ -292,3 +293,58 @@ class RunRepository:
             *params,
         )
         return [_run_from(row) for row in rows]
+
+    # --- retention (retention/ drives these) ------------------------------------------------
+
+    async def projects_with_deleted_runs(self) -> list[str]:
+        """Every project holding a soft-deleted run (a short read of a partial index)."""
+        rows = await self._pool.fetch(
+            "SELECT DISTINCT project FROM runs WHERE delete_time IS NOT NULL ORDER BY project"
+        )
+        return [row["project"] for row in rows]
+
+    async def deleted_before(self, project: str, cutoff: datetime, limit: int) -> list[str]:
+        """Ids of up to ``limit`` runs of ``project`` soft-deleted before ``cutoff``, oldest
+        deletion first."""
+        rows = await self._pool.fetch(
+            "SELECT run_id FROM runs WHERE project = $1 AND delete_time IS NOT NULL"
+            " AND delete_time < $2 ORDER BY delete_time, run_id LIMIT $3",
+            project,
+            cutoff,
+            limit,
+        )
+        return [row["run_id"] for row in rows]
+
+    async def ended_unexpired_before(self, project: str, cutoff: datetime, limit: int) -> list[str]:
+        """Ids of up to ``limit`` runs of ``project`` that ended before ``cutoff`` and whose
+        metric data was not expired yet, earliest end first (deleted runs included: their
+        metric data goes the same way until they are purged)."""
+        rows = await self._pool.fetch(
+            "SELECT run_id FROM runs WHERE project = $1 AND end_time IS NOT NULL"
+            " AND metrics_expire_time IS NULL AND end_time < $2"
+            " ORDER BY end_time, run_id LIMIT $3",
+            project,
+            cutoff,
+            limit,
+        )
+        return [row["run_id"] for row in rows]
+
+    async def mark_metrics_expired(self, run_id: str, now: datetime) -> None:
+        """Note that the run's metric data was expired (the sweeper skips it from now on);
+        its output-only metric averages go with it."""
+        await self._pool.execute(
+            "UPDATE runs SET metrics_expire_time = $2, metrics_summary = '{}'::jsonb"
+            " WHERE run_id = $1",
+            run_id,
+            now,
+        )
+
+    async def delete_deleted_run(self, run_id: str) -> bool:
+        """Remove the row of a soft-deleted run for good (the last step of a purge: until
+        then a crashed purge can be run again); False if there was none. A live run is
+        never removed here."""
+        deleted = await self._pool.fetchval(
+            "DELETE FROM runs WHERE run_id = $1 AND delete_time IS NOT NULL RETURNING true",
+            run_id,
+        )
+        return bool(deleted)
