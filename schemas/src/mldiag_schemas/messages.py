@@ -1,11 +1,16 @@
-"""Every bus message type, and how to parse one from the wire."""
+"""Every bus message type, and how to write one to the wire and parse it back.
+
+Metric points travel as a binary columnar frame (:mod:`mldiag_schemas.columnar`), every
+other message as JSON; :func:`parse_message` tells them apart by the frame's magic, so old
+JSON metric messages (v1 points, v2 columns) still parse.
+"""
 
 import json
 from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter, ValidationError
 
-from mldiag_schemas import bus
+from mldiag_schemas import bus, columnar
 from mldiag_schemas.analyses import AnalysisCompleted
 from mldiag_schemas.envelope import Envelope, upcast
 from mldiag_schemas.events import WorkloadEventOpened, WorkloadEventResolved, WorkloadEventUpdated
@@ -36,7 +41,11 @@ from mldiag_schemas.runs import (
     RunUpdated,
 )
 from mldiag_schemas.telemetry import (
+    MAX_STEP,
+    MAX_TIME_US,
+    MIN_TIME_US,
     IngestMetrics,
+    MetricColumns,
     MetricPointsReceived,
     RunHeartbeat,
     WorkloadSignalReported,
@@ -153,8 +162,37 @@ _CURRENT_VERSIONS = {cls.model_fields["type"].default: cls.SCHEMA_VERSION for cl
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(BusMessage)
 
 
+_COLUMN_FIELDS = {"steps", "values", "times_unix_us"}
+
+
+def content_type_of(message: Envelope) -> str:
+    """The media type :func:`encode_message` writes ``message`` in."""
+    if isinstance(message, MetricPointsReceived):
+        return columnar.CONTENT_TYPE
+    return columnar.JSON_CONTENT_TYPE
+
+
+def encode_message(message: Envelope) -> bytes:
+    """The wire bytes of ``message``: a columnar frame for :class:`MetricPointsReceived`
+    (its envelope and series fields in the header, the points as packed columns), JSON for
+    every other message."""
+    if not isinstance(message, MetricPointsReceived):
+        return message.model_dump_json().encode()
+    header = message.model_dump(mode="json", exclude={"series"})
+    header["series"] = [
+        columns.model_dump(mode="json", exclude=_COLUMN_FIELDS) for columns in message.series
+    ]
+    return columnar.encode_frame(
+        header,
+        [(columns.steps, columns.values, columns.times_unix_us) for columns in message.series],
+    )
+
+
 def parse_message(raw: bytes) -> Envelope:
     """Parse wire bytes into their message class, upcasting older schema versions.
+
+    A columnar frame (it starts with ``MLDC``) becomes a :class:`MetricPointsReceived`
+    whose columns are ``array.array``; anything else is read as JSON.
 
     Readers are tolerant: a field this version does not know (a newer publisher's) is
     ignored, so services can be upgraded one at a time. HTTP requests stay strict; only the
@@ -165,6 +203,8 @@ def parse_message(raw: bytes) -> Envelope:
     meeting a shape it does not expect): such a message is poison and belongs in the
     dead-letter stream.
     """
+    if columnar.is_frame(raw):
+        return _parse_frame(raw)
     try:
         data = json.loads(raw)  # json accepts the NaN / Infinity tokens our contracts write
     except RecursionError as exc:
@@ -177,6 +217,46 @@ def parse_message(raw: bytes) -> Envelope:
         raise
     except Exception as exc:  # KeyError in an upcaster, RecursionError in validation...
         raise ValueError(f"cannot read the message: {type(exc).__name__}: {exc}") from exc
+
+
+def _parse_frame(raw: bytes) -> MetricPointsReceived:
+    """A frame's message: the header validated as the JSON message with empty columns (so
+    every rule and the tolerance of unknown fields are the JSON path's), then the columns
+    put in place after checking their ranges with min()/max() (in C, no per-point object)."""
+    layout = columnar.read_layout(raw)  # FrameError is a ValueError
+    header = layout.header
+    metas = header["series"]
+    shells = []
+    for meta in metas:
+        shell = {key: value for key, value in meta.items() if key not in ("count", "times")}
+        shell["steps"], shell["values"] = [], []
+        shells.append(shell)
+    try:
+        message = _validate_tolerantly({**header, "series": shells})
+    except ValueError:
+        raise
+    except Exception as exc:  # RecursionError in validation...
+        raise ValueError(f"cannot read the message: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(message, MetricPointsReceived):
+        raise ValueError(f"a {message.type!r} message cannot travel as a columnar frame")
+    series: list[MetricColumns] = []
+    for index, (columns, place) in enumerate(zip(message.series, layout.series, strict=True)):
+        steps = columnar.read_column(raw, place.steps_at, place.count, "q")
+        values = columnar.read_column(raw, place.values_at, place.count, "d")
+        times = None
+        if place.times_at is not None:
+            times = columnar.read_column(raw, place.times_at, place.count, "q")
+        # int64 bounds MAX_STEP already; what is left are the lower bound and the times'.
+        if steps and min(steps) < 0:
+            raise ValueError(f"series {index}: steps must lie within 0 .. {MAX_STEP}")
+        if times and (min(times) < MIN_TIME_US or max(times) > MAX_TIME_US):
+            raise ValueError(
+                f"series {index}: times must lie within {MIN_TIME_US} .. {MAX_TIME_US} µs"
+            )
+        series.append(
+            columns.model_copy(update={"steps": steps, "values": values, "times_unix_us": times})
+        )
+    return message.model_copy(update={"series": series})
 
 
 _UNKNOWN_FIELD = "extra_forbidden"

@@ -12,6 +12,7 @@ import enum
 import math
 import re
 import uuid
+from array import array
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, ClassVar, Literal, Self
@@ -20,10 +21,12 @@ from pydantic import (
     AfterValidator,
     Field,
     PrivateAttr,
+    SerializerFunctionWrapHandler,
     StringConstraints,
     ValidationError,
     ValidatorFunctionWrapHandler,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic_core import ErrorDetails, PydanticCustomError, from_json
@@ -392,6 +395,12 @@ class MetricColumns(Contract):
     of what ISO strings do, and PostgreSQL keeps microseconds anyway.
     """
 
+    # A message read from a binary frame (mldiag_schemas.columnar) holds its columns as
+    # array.array ('q' steps and times, 'd' values) rather than lists: they index, slice,
+    # iterate and len() like lists, and np.asarray takes them without a per-point step.
+    # Their ranges are checked all the same (messages.parse_message). (A comment, not the
+    # docstring: the docstring is the contract's published description.)
+
     name: str = Field(pattern=METRIC_NAME_PATTERN, description="Metric name.")
     host: Text = Field(
         default="", max_length=MAX_HOST_LENGTH, description="Host that recorded the points."
@@ -430,6 +439,29 @@ class MetricColumns(Contract):
         if self.times_unix_us is not None and len(self.times_unix_us) != len(self.steps):
             raise ValueError("timesUnixUs and steps must have the same length")
         return self
+
+    # Columns read from a frame are array.array; JSON and model_dump want lists. A model
+    # serializer without a return annotation leaves the JSON Schema as it was.
+    @model_serializer(mode="wrap")
+    def _arrays_as_lists(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]  # noqa: ANN202
+        steps: Any = self.steps  # typed list[...], but array.array when read from a frame
+        values: Any = self.values
+        times: Any = self.times_unix_us
+        if isinstance(steps, array) or isinstance(values, array) or isinstance(times, array):
+            return handler(
+                self.model_copy(
+                    update={
+                        "steps": _as_list(steps),
+                        "values": _as_list(values),
+                        "times_unix_us": _as_list(times),
+                    }
+                )
+            )
+        return handler(self)
+
+
+def _as_list(column: Any) -> Any:
+    return column.tolist() if isinstance(column, array) else column
 
 
 class MetricPointsReceived(Envelope):
