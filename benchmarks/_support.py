@@ -7,14 +7,20 @@ on ``sys.path`` and ``import _support`` finds this file.
 
 import contextlib
 import os
+import platform
+import shutil
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
+
+if TYPE_CHECKING:
+    import asyncpg
 
 
 def emit(line: str = "") -> None:
@@ -106,3 +112,58 @@ async def drop_database(server_url: str, name: str) -> None:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await admin.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def free_disk_bytes(path: str) -> int:
+    """Free bytes on the file system of ``path``, or of its closest readable parent (the
+    PostgreSQL data directory is often not readable by the benchmark's user)."""
+    candidate = Path(path)
+    while True:
+        try:
+            return shutil.disk_usage(candidate).free
+        except OSError:
+            if candidate.parent == candidate:
+                raise
+            candidate = candidate.parent
+
+
+def machine_summary() -> str:
+    """One line about the machine: host, CPU model and count, memory."""
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    memory = ""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory = f", {int(line.split()[1]) / 1024 / 1024:.0f} GiB memory"
+                break
+    python = platform.python_version()
+    return f"{platform.node()}, {os.cpu_count()} CPUs {model}{memory}, Python {python}"
+
+
+async def relation_sizes(conn: "asyncpg.Connection", schema: str, prefix: str) -> dict[str, int]:
+    """Bytes on disk of each table of ``schema`` whose name starts with ``prefix``: its own
+    pages, TOAST and indexes (``pg_total_relation_size``), summed over all its partitions
+    (a partitioned table's parent holds nothing itself). Partitions are counted under the
+    top table only."""
+    rows = await conn.fetch(
+        "SELECT c.relname AS name,"
+        " CASE WHEN c.relkind = 'p' THEN (SELECT coalesce(sum(pg_total_relation_size(t.relid)), 0)"
+        "  FROM pg_partition_tree(c.oid) t) ELSE pg_total_relation_size(c.oid) END::bigint AS bytes"
+        " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'm') AND NOT c.relispartition"
+        " AND starts_with(c.relname, $2)",
+        schema,
+        prefix,
+    )
+    return {row["name"]: row["bytes"] for row in rows}
