@@ -1,33 +1,61 @@
-"""All SQL about metric points, their series, rollups and the stored-message ledger."""
+"""All SQL about metric points, their series, rollups and the stored-message ledger.
 
-import itertools
+Points are stored in chunks (``metric_chunks``: up to ``CHUNK_POINTS`` points of one series
+per row, encoded by ``chunks``), in partitions of one project and one 7-day period of storage
+each, created on demand and dropped whole by retention. Reads fetch only the chunks that can
+hold what they need and work on numpy columns (``PointBlock``).
+"""
+
+import hashlib
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
-from itertools import repeat
-from typing import Any
+import re
+import time
+import zlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import asyncpg
+import numpy as np
+import structlog
 
+from mldiag_run_registry.metrics import chunks
+from mldiag_run_registry.metrics.blocks import Float64s, Int64s, PointBlock
 from mldiag_schemas.telemetry import (
     MAX_LABEL_SETS_PER_METRIC,
     MetricPointsReceived,
     to_unix_micros,
 )
 
+log = structlog.get_logger(__name__)
+
 ROLLUP_LEVELS: tuple[int, ...] = (6, 8, 10, 12, 14, 16, 18)
 """Rollup bucket widths as powers of two (64 … 262144 steps). With a factor of 4 between
 levels a read for N buckets touches between N and 4N rollup rows; below 64 steps per
 bucket the raw points are few enough to aggregate directly."""
 
-_POINT_COLUMNS = ("series_id", "step", "time_us", "value")
+PARTITION_DAYS = 7
+"""Each chunk partition holds one project's chunks stored over 7 days (first day a multiple
+of 7 days since 1970-01-01 UTC): retention drops whole weeks of a project."""
 
-# Every level is aggregated from the batch in memory (the finest from the points, each
-# coarser one from the level below) and merged additively into what is stored, in one
-# statement; the ledger guarantees a message is folded in once, and the merge commutes, so
-# replicas writing the same series agree. Re-reading the batch's points in SQL instead cost
-# more than their COPY (1.4 s per million points); rebuilding each coarser level from the
-# stored finer rows cost a statement per level.
+SCAN_BLOCK_POINTS = 262_144
+"""Points per block of ``scan_points`` at most (bounded memory whatever the range)."""
+
+_CHUNK_COLUMNS = (
+    "project",
+    "stored_day",
+    "series_id",
+    "first_step",
+    "last_step",
+    "point_count",
+    "codec",
+    "data",
+)
+_PARTITION_NAME = re.compile(r"^metric_chunks_[0-9a-f]{12}_[0-9]+$")
+_MAX_INT64 = (1 << 63) - 1
+
+# Every level is aggregated from the batch in memory (numpy, from the batch's columns) and
+# merged additively into what is stored, in one statement; the ledger guarantees a message
+# is folded in once, and the merge commutes, so replicas writing the same series agree.
 _ROLLUP_COLUMNS = (
     "(series_id, width_log2, bucket, count, nan_count, min, max, sum, first_step, last_step,"
     " last_value)"
@@ -60,9 +88,11 @@ UPDATE metric_series AS s SET
                       THEN u.last_value ELSE s.last_value END,
     last_time_us = CASE WHEN s.last_step IS NULL OR u.last_step >= s.last_step
                         THEN u.last_time_us ELSE s.last_time_us END,
-    last_step = GREATEST(s.last_step, u.last_step)
+    last_step = GREATEST(s.last_step, u.last_step),
+    chunk_span = GREATEST(s.chunk_span, u.chunk_span)
 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::float8[],
-            $6::bigint[]) AS u(series_id, n, first_step, last_step, last_value, last_time_us)
+            $6::bigint[], $7::bigint[])
+    AS u(series_id, n, first_step, last_step, last_value, last_time_us, chunk_span)
 WHERE s.series_id = u.series_id
 """
 
@@ -116,15 +146,35 @@ class StoreResult:
     messages: int
 
 
+def partition_name(project: str, first_day: int) -> str:
+    """The table of one project's chunks stored from ``first_day`` (days since 1970-01-01
+    UTC, a multiple of ``PARTITION_DAYS``): hashed, since project names are not identifiers."""
+    digest = hashlib.sha256(project.encode()).hexdigest()[:12]
+    return f"metric_chunks_{digest}_{first_day}"
+
+
 @dataclass
 class _Pending:
     key: tuple[str, str, str]
     host: str
     process_index: int | None
     labels: dict[str, str]
-    steps: list[int]
-    times: list[int]
-    values: list[float]
+    steps: list[Int64s] = field(default_factory=list)
+    times: list[Int64s] = field(default_factory=list)
+    values: list[Float64s] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return sum(len(part) for part in self.steps)
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    series_id: int
+    first_step: int
+    point_count: int
+    codec: int
+    data: bytes
 
 
 class MetricsRepository:
@@ -135,10 +185,17 @@ class MetricsRepository:
         pool: asyncpg.Pool,
         schema: str,
         max_series_per_metric: int = MAX_LABEL_SETS_PER_METRIC,
+        chunk_points: int = chunks.CHUNK_POINTS,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._pool = pool
         self._schema = schema
         self._max_series = max_series_per_metric
+        self._chunk_points = chunk_points
+        self._clock = clock
+        # partitions known to exist: (project, first day); creating one is a round trip and
+        # a lock on the parent, so it is done once per process and week
+        self._partitions: set[tuple[str, int]] = set()
 
     async def means(
         self, run_ids: Sequence[str], metrics: Sequence[str]
@@ -162,15 +219,36 @@ class MetricsRepository:
             if row["n"] and row["total"] is not None
         }
 
-    async def store_messages(self, messages: Sequence[MetricPointsReceived]) -> StoreResult:
+    async def store_messages(
+        self, messages: Sequence[MetricPointsReceived], projects: Mapping[str, str]
+    ) -> StoreResult:
         """Store the points of messages not stored before, with their rollups and series.
 
-        The ledger insert, the COPY and the rollup merge share one transaction, so a message
-        is either fully stored and recorded, or neither: a redelivery after a crash stores it
-        exactly once and rollups never count a point twice. A message twice in one batch (a
-        retry past JetStream's dedupe window beside its original) is stored once too.
+        ``projects`` maps run id → project: a run's chunks go to its project's partitions (a
+        run missing from it gets the project ''). The ledger insert, the series update, the
+        chunks' COPY and the rollup merge share one transaction, so a message is either fully
+        stored and recorded, or neither: a redelivery after a crash stores it exactly once and
+        rollups never count a point twice. A message twice in one batch (a retry past
+        JetStream's dedupe window beside its original) is stored once too.
         """
         messages = list({message.event_id: message for message in messages}.values())
+        if not messages:
+            return StoreResult(0, 0, 0)
+        day = int(self._clock() // 86_400)
+        owners = {message.run_id: projects.get(message.run_id, "") for message in messages}
+        await self._ensure_partitions(set(owners.values()), day)
+        try:
+            return await self._store(messages, owners, day)
+        except asyncpg.CheckViolationError:
+            # "no partition for row": another replica's retention dropped a partition this
+            # process still knew; find out again and retry once (the transaction rolled back)
+            self._partitions.clear()
+            await self._ensure_partitions(set(owners.values()), day)
+            return await self._store(messages, owners, day)
+
+    async def _store(
+        self, messages: list[MetricPointsReceived], owners: Mapping[str, str], day: int
+    ) -> StoreResult:
         async with self._pool.acquire() as conn, conn.transaction():
             fresh = await conn.fetch(
                 "INSERT INTO metric_messages (event_id, run_id, point_count)"
@@ -183,17 +261,72 @@ class MetricsRepository:
             fresh_ids = {row["event_id"] for row in fresh}
             pending = _group([m for m in messages if m.event_id in fresh_ids])
             if not pending:
-                return StoreResult(0, 0, 0)
+                return StoreResult(0, 0, len(fresh_ids))
             ids = await self._series_ids(conn, pending)
-            stored = [(ids[p.key], p) for p in pending.values() if p.key in ids]
-            dropped = sum(len(p.steps) for p in pending.values() if p.key not in ids)
+            stored = sorted((ids[p.key], p) for p in pending.values() if p.key in ids)
+            dropped = sum(p.count for p in pending.values() if p.key not in ids)
             if stored:
-                await self._write(conn, stored)
+                await self._write(conn, stored, owners, day)
         return StoreResult(
-            points=sum(len(p.steps) for _, p in stored),
+            points=sum(p.count for _, p in stored),
             dropped_points=dropped,
             messages=len(fresh_ids),
         )
+
+    async def _ensure_partitions(self, projects: set[str], day: int) -> None:
+        """Create the partitions of ``projects`` for ``day``'s week unless they exist.
+
+        Outside the batch's transaction: CREATE TABLE ... PARTITION OF locks the parent, and
+        the store's transaction must not hold that lock. Replicas may race here: each creates
+        under an advisory lock on the table's name, IF NOT EXISTS, and records it ON CONFLICT
+        DO NOTHING, so whoever comes second changes nothing.
+        """
+        first_day = day - day % PARTITION_DAYS
+        missing = sorted(p for p in projects if (p, first_day) not in self._partitions)
+        if not missing:
+            return
+        async with self._pool.acquire() as conn:
+            for project in missing:
+                name = partition_name(project, first_day)
+                async with conn.transaction():
+                    await conn.execute(
+                        "SELECT pg_advisory_xact_lock($1)",
+                        zlib.crc32(f"mldiag-metric-chunks:{self._schema}:{name}".encode()),
+                    )
+                    known = await conn.fetchval(
+                        "SELECT true FROM metric_chunk_partitions WHERE table_name = $1", name
+                    )
+                    if not known:
+                        # DDL takes no parameters: format() quotes the project as a literal
+                        create = await conn.fetchval(
+                            "SELECT format('CREATE TABLE IF NOT EXISTS %I PARTITION OF"
+                            " metric_chunks FOR VALUES FROM (%L, %s) TO (%L, %s)',"
+                            " $1::text, $2::text, $3::integer, $2::text, $4::integer)",
+                            name,
+                            project,
+                            first_day,
+                            first_day + PARTITION_DAYS,
+                        )
+                        await conn.execute(create)
+                        await conn.execute(
+                            f"ALTER TABLE {name} ALTER COLUMN data SET STORAGE EXTERNAL"
+                        )
+                        await conn.execute(
+                            "INSERT INTO metric_chunk_partitions"
+                            " (table_name, project, first_day, end_day)"
+                            " VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                            name,
+                            project,
+                            first_day,
+                            first_day + PARTITION_DAYS,
+                        )
+                        log.info(
+                            "metrics.partition.created",
+                            table=name,
+                            project=project,
+                            first_day=first_day,
+                        )
+                self._partitions.add((project, first_day))
 
     async def _series_ids(
         self, conn: asyncpg.Connection, pending: dict[tuple[str, str, str], _Pending]
@@ -247,34 +380,76 @@ class MetricsRepository:
             )
         return ids
 
-    async def _write(self, conn: asyncpg.Connection, stored: list[tuple[int, _Pending]]) -> None:
-        records: list[tuple[int, int, int, float]] = []
-        stats: list[tuple[int, int, int, int, float, int]] = []
-        for series_id, p in stored:
-            records.extend(zip(repeat(series_id), p.steps, p.times, p.values, strict=False))
-            last_step = max(p.steps)
-            # the last occurrence of the highest step: the newest write of it wins
-            at = len(p.steps) - 1 - p.steps[::-1].index(last_step)
-            stats.append(
-                (series_id, len(p.steps), min(p.steps), last_step, p.values[at], p.times[at])
+    async def _write(
+        self,
+        conn: asyncpg.Connection,
+        stored: list[tuple[int, _Pending]],
+        owners: Mapping[str, str],
+        day: int,
+    ) -> None:
+        """Series counters, chunks and rollups of the batch's points (series in id order)."""
+        counts = np.array([p.count for _, p in stored], dtype=np.int64)
+        series_ids = np.repeat(np.array([sid for sid, _ in stored], dtype=np.int64), counts)
+        steps = np.concatenate([part for _, p in stored for part in p.steps])
+        times = np.concatenate([part for _, p in stored for part in p.times])
+        values = np.concatenate([part for _, p in stored for part in p.values])
+        # (series, step) order, stable: of points at one step the later write stays later
+        order = chunks.write_order(series_ids, steps)
+        if order is not None:
+            series_ids, steps = series_ids[order], steps[order]
+            times, values = times[order], values[order]
+        rollups = chunks.fold_rollups(series_ids, steps, values, ROLLUP_LEVELS)
+        series_ends = np.cumsum(counts) - 1
+        series_starts = series_ends - counts + 1
+        # the chunks keep (step, time) order; only a step written twice needs another sort
+        same_step = (np.diff(series_ids) == 0) & (np.diff(steps) == 0)
+        if np.any(same_step):
+            by_time = np.lexsort((times, steps, series_ids))
+            c_steps, c_times, c_values = steps[by_time], times[by_time], values[by_time]
+        else:
+            c_steps, c_times, c_values = steps, times, values
+        starts = chunks.chunk_starts(series_ids, self._chunk_points)
+        stops = np.append(starts[1:], len(steps))
+        owner_of = {series_id: owners.get(p.key[0], "") for series_id, p in stored}
+        records = []
+        for low, high in zip(starts.tolist(), stops.tolist(), strict=True):
+            series_id = int(series_ids[low])
+            records.append(
+                (
+                    owner_of[series_id],
+                    day,
+                    series_id,
+                    int(c_steps[low]),
+                    int(c_steps[high - 1]),
+                    high - low,
+                    chunks.CODEC_PLANES,
+                    chunks.encode(c_steps[low:high], c_times[low:high], c_values[low:high]),
+                )
             )
-        stats.sort()
-        columns = [list(column) for column in zip(*stats, strict=True)]
+        # the widest chunk of each series bounds the index range a read searches
+        spans = c_steps[stops - 1] - c_steps[starts]
+        widest = np.maximum.reduceat(spans, np.searchsorted(starts, series_starts))
+        stats = [
+            [sid for sid, _ in stored],
+            counts.tolist(),
+            steps[series_starts].tolist(),
+            steps[series_ends].tolist(),
+            values[series_ends].tolist(),
+            times[series_ends].tolist(),
+            widest.tolist(),
+        ]
         # Lock the batch's series first, in id order: a replica writing the same series
-        # waits here, so each rollup recompute sees every committed point of its buckets.
+        # waits here, so each rollup merge sees every committed point of its buckets.
         await conn.execute(
             "SELECT 1 FROM metric_series WHERE series_id = ANY($1::bigint[])"
             " ORDER BY series_id FOR UPDATE",
-            columns[0],
+            stats[0],
         )
-        await conn.execute(_SERIES_STATS_SQL, *columns)
+        await conn.execute(_SERIES_STATS_SQL, *stats)
         await conn.copy_records_to_table(
-            "metric_points", records=records, columns=_POINT_COLUMNS, schema_name=self._schema
+            "metric_chunks", records=records, columns=_CHUNK_COLUMNS, schema_name=self._schema
         )
-        fine: dict[tuple[int, int], _Bucket] = {}
-        for series_id, p in stored:
-            _fold(fine, series_id, p.steps, p.values, ROLLUP_LEVELS[0])
-        await conn.execute(_ROLLUP_MERGE_SQL, *_bucket_columns(_every_level(fine)))
+        await conn.execute(_ROLLUP_MERGE_SQL, *rollups.merge_arguments())
 
     async def list_series(self, run_ids: Sequence[str], metric: str | None) -> list[SeriesRow]:
         """The series of the runs (of one metric, or all), by run, metric and identity."""
@@ -299,29 +474,135 @@ class MetricsRepository:
         return [(row["metric"], row["n"], row["last_step"]) for row in rows]
 
     async def read_points(
-        self, series_ids: Sequence[int], limit: int, after: tuple[int, int, int] | None
-    ) -> list[tuple[int, int, int, float]]:
-        """(step, series id, time µs, value) in that order, after a keyset position."""
-        if after is None:
-            after = (-1, 0, 0)
-        # Per series an index range scan of at most a page (LATERAL ... LIMIT), then a merge
-        # of those: a page never sorts a whole series. `step >= $2` is what the index uses.
-        rows = await self._pool.fetch(
-            "SELECT x.step, x.series_id, x.time_us, x.value"
-            " FROM unnest($1::bigint[]) AS s(id) CROSS JOIN LATERAL ("
-            "  SELECT p.step, p.series_id, p.time_us, p.value FROM metric_points p"
-            "  WHERE p.series_id = s.id AND p.step >= $2"
-            "  AND (p.step, p.series_id, p.time_us) > ($2, $3, $4)"
-            "  ORDER BY p.step, p.time_us LIMIT $5) AS x"
-            " ORDER BY x.step, x.series_id, x.time_us LIMIT $5",
+        self,
+        project: str,
+        series_ids: Sequence[int],
+        limit: int,
+        after: tuple[int, int, int] | None,
+    ) -> PointBlock:
+        """Up to ``limit`` points in (step, series id, time) order, after a keyset position.
+
+        Per series only the chunks that can hold the page are fetched (the (series_id,
+        first_step) index from the position's step less the series' widest chunk span), so a
+        page costs the same at the start or the end of a 100M-point series.
+        """
+        if not series_ids or limit <= 0:
+            return PointBlock.empty()
+        async with self._pool.acquire() as conn:
+            return await self._page(conn, project, series_ids, limit, after, None)
+
+    async def scan_points(
+        self,
+        project: str,
+        series_ids: Sequence[int],
+        start_step: int | None,
+        end_step: int | None,
+    ) -> AsyncIterator[PointBlock]:
+        """Every point of the series from ``start_step`` to ``end_step`` (inclusive; None:
+        open) in (step, series id, time) order, in blocks of at most ``SCAN_BLOCK_POINTS``."""
+        if not series_ids:
+            return
+        after = (-1 if start_step is None else start_step - 1, _MAX_INT64, _MAX_INT64)
+        while True:
+            async with self._pool.acquire() as conn:
+                block = await self._page(
+                    conn, project, series_ids, SCAN_BLOCK_POINTS, after, end_step
+                )
+            if not len(block):
+                return
+            yield block
+            if len(block) < SCAN_BLOCK_POINTS:
+                return
+            after = (int(block.steps[-1]), int(block.series_ids[-1]), int(block.times_us[-1]))
+
+    async def _page(
+        self,
+        conn: asyncpg.Connection,
+        project: str,
+        series_ids: Sequence[int],
+        limit: int,
+        after: tuple[int, int, int] | None,
+        end_step: int | None,
+    ) -> PointBlock:
+        """The first ``limit`` points after ``after`` (up to ``end_step``), chunk by chunk.
+
+        Chunks come per series in first_step order, a few at a time: a series is complete
+        once the page's last step lies below the first step of every chunk not fetched.
+        Overlapping chunks (steps written out of order) only make that take more rounds.
+        """
+        low_step, after_id, after_time = after if after is not None else (-1, 0, 0)
+        high_step = _MAX_INT64 if end_step is None else end_step
+        want = -(-limit // self._chunk_points) + 2
+        todo = list(dict.fromkeys(series_ids))
+        done: list[PointBlock] = []
+        while todo:
+            fetched = await self._chunks(conn, project, todo, low_step, high_step, want)
+            by_series: dict[int, list[_Chunk]] = {sid: [] for sid in todo}
+            for chunk in fetched:
+                by_series[chunk.series_id].append(chunk)
+            again = []
+            for series_id, found in by_series.items():
+                block = _after(_decode(found), low_step, after_id, after_time, high_step, series_id)
+                if len(found) == want:
+                    # more chunks may follow: they start at or after the last one fetched
+                    if len(block) < limit:
+                        again.append(series_id)
+                        continue
+                    cut = int(np.partition(block.steps, limit - 1)[limit - 1])
+                    if found[-1].first_step <= cut:
+                        again.append(series_id)
+                        continue
+                done.append(block)
+            todo = again
+            want *= 4
+        return _first(_concat(done), limit)
+
+    async def _chunks(
+        self,
+        conn: asyncpg.Connection,
+        project: str,
+        series_ids: Sequence[int],
+        low_step: int,
+        high_step: int,
+        limit: int | None,
+    ) -> list[_Chunk]:
+        """Per series, the first ``limit`` (None: all) chunks, by first step, that can hold
+        steps from ``low_step`` to ``high_step``.
+
+        A chunk reaching ``low_step`` starts at most the series' widest chunk span before it:
+        that bounds the index range. The project prunes partitions; '' is searched too, where
+        points of a run unknown when stored (or when migrated) went.
+        """
+        rows = await conn.fetch(
+            "SELECT c.series_id, c.first_step, c.point_count, c.codec, c.data"
+            " FROM metric_series s CROSS JOIN LATERAL ("
+            "  SELECT k.series_id, k.first_step, k.point_count, k.codec, k.data"
+            "  FROM metric_chunks k"
+            "  WHERE k.project = ANY($2::text[]) AND k.series_id = s.series_id"
+            "  AND k.first_step >= $3 - s.chunk_span AND k.first_step <= $4"
+            "  AND k.last_step >= $3"
+            "  ORDER BY k.first_step LIMIT $5) AS c"
+            " WHERE s.series_id = ANY($1::bigint[])"
+            " ORDER BY c.series_id, c.first_step",
             list(series_ids),
-            *after,
+            [project, ""] if project else [""],
+            max(low_step, 0),
+            high_step,
             limit,
         )
-        return [(r["step"], r["series_id"], r["time_us"], r["value"]) for r in rows]
+        return [
+            _Chunk(r["series_id"], r["first_step"], r["point_count"], r["codec"], r["data"])
+            for r in rows
+        ]
 
     async def read_buckets(
-        self, groups: dict[int, int], width: int, level: int | None, first: int, last: int
+        self,
+        project: str,
+        groups: dict[int, int],
+        width: int,
+        level: int | None,
+        first: int,
+        last: int,
     ) -> list[BucketRow]:
         """Aggregates per (group, step // width) of buckets ``first`` … ``last``, from rollup
         ``level`` or raw points (None).
@@ -335,23 +616,8 @@ class MetricsRepository:
         ids, numbers = list(groups), list(groups.values())
         low, high = first * width, last * width + width - 1
         if level is None:
-            # the join's step range is what the (series, step, time) index scans, per series
-            query = """
-            SELECT g.grp, p.step / $3 AS b, count(*) AS n,
-                   count(*) FILTER (WHERE p.value = 'NaN') AS nan_n,
-                   min(p.value) FILTER (WHERE p.value <> 'NaN') AS lo,
-                   max(p.value) FILTER (WHERE p.value <> 'NaN') AS hi,
-                   sum(p.value) FILTER (WHERE p.value <> 'NaN') AS total,
-                   min(p.step) AS first_step, max(p.step) AS last_step,
-                   (array_agg(p.value ORDER BY p.step DESC, p.time_us DESC, p.series_id DESC))[1]
-                       AS last_value,
-                   (array_agg(p.series_id ORDER BY p.step DESC, p.time_us DESC,
-                              p.series_id DESC))[1] AS last_series
-            FROM unnest($1::bigint[], $2::int[]) AS g(series_id, grp)
-            JOIN metric_points p ON p.series_id = g.series_id AND p.step BETWEEN $4 AND $5
-            GROUP BY 1, 2 ORDER BY 1, 2"""
-            rows = await self._pool.fetch(query, ids, numbers, width, low, high)
-        elif width == 1 << level and len(set(numbers)) == len(numbers):
+            return await self._raw_buckets(project, groups, width, low, high)
+        if width == 1 << level and len(set(numbers)) == len(numbers):
             # one series per line at the level's own width: the rollup rows are the answer
             query = """
             SELECT g.grp, r.bucket AS b, r.count AS n, r.nan_count AS nan_n, r.min AS lo,
@@ -396,23 +662,158 @@ class MetricsRepository:
             for r in rows
         ]
 
-    async def point_times(self, points: Sequence[tuple[int, int]]) -> dict[tuple[int, int], int]:
+    async def _raw_buckets(
+        self, project: str, groups: dict[int, int], width: int, low: int, high: int
+    ) -> list[BucketRow]:
+        """Buckets aggregated from the points of steps ``low`` … ``high`` (numpy)."""
+        async with self._pool.acquire() as conn:
+            found = await self._chunks(conn, project, list(groups), low, high, None)
+        block = _decode(found)
+        keep = (block.steps >= low) & (block.steps <= high)
+        sids, steps = block.series_ids[keep], block.steps[keep]
+        times, values = block.times_us[keep], block.values[keep]
+        if not len(steps):
+            return []
+        members = np.array(list(groups), dtype=np.int64)
+        numbers = np.array(list(groups.values()), dtype=np.int64)
+        by_id = np.argsort(members)
+        grp = numbers[by_id][np.searchsorted(members[by_id], sids)]
+        bucket = steps // width
+        # ascending (group, bucket, step, time, series): a bucket's last point is the one at
+        # its highest step, latest time, then highest series id
+        order = np.lexsort((sids, times, steps, bucket, grp))
+        grp, bucket, sids = grp[order], bucket[order], sids[order]
+        steps, values = steps[order], values[order]
+        change = (np.diff(grp) != 0) | (np.diff(bucket) != 0)
+        starts = np.concatenate(([0], np.flatnonzero(change) + 1))
+        ends = np.append(starts[1:], len(steps)) - 1
+        nan = np.isnan(values)
+        counts = np.diff(np.append(starts, len(steps)))
+        nan_counts = np.add.reduceat(nan.astype(np.int64), starts)
+        lo = np.minimum.reduceat(np.where(nan, np.inf, values), starts)
+        hi = np.maximum.reduceat(np.where(nan, -np.inf, values), starts)
+        with np.errstate(invalid="ignore"):  # +Inf and -Inf together: NaN, as SQL's sum
+            total = np.add.reduceat(np.where(nan, 0.0, values), starts)
+        rows = []
+        for index, (start, end) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+            real = int(counts[index]) > int(nan_counts[index])
+            rows.append(
+                BucketRow(
+                    group=int(grp[start]),
+                    bucket=int(bucket[start]),
+                    count=int(counts[index]),
+                    nan_count=int(nan_counts[index]),
+                    min=float(lo[index]) if real else None,
+                    max=float(hi[index]) if real else None,
+                    sum=float(total[index]) if real else None,
+                    first_step=int(steps[start]),
+                    last_step=int(steps[end]),
+                    last_value=float(values[end]),
+                    last_series_id=int(sids[end]),
+                )
+            )
+        return rows
+
+    async def point_times(
+        self, project: str, points: Sequence[tuple[int, int]]
+    ) -> dict[tuple[int, int], int]:
         """Time (µs) of the point at each (series id, step); the latest of a rewritten step.
 
-        One index probe per pair (the (series, step, time) index read backwards, one row),
-        so the cost follows the number of buckets, never the series' length.
+        Each distinct chunk holding a probed step is fetched and decoded once (one index
+        probe per pair finds them), so the cost follows the number of pairs, never the
+        series' length.
         """
         unique = list(dict.fromkeys(points))
+        if not unique:
+            return {}
         rows = await self._pool.fetch(
-            "SELECT q.series_id, q.step, t.time_us"
+            "WITH keys AS (SELECT DISTINCT h.series_id, h.first_step, h.last_step"
             " FROM unnest($1::bigint[], $2::bigint[]) AS q(series_id, step)"
-            " CROSS JOIN LATERAL (SELECT p.time_us FROM metric_points p"
-            "  WHERE p.series_id = q.series_id AND p.step = q.step"
-            "  ORDER BY p.time_us DESC LIMIT 1) AS t",
+            " JOIN metric_series s ON s.series_id = q.series_id"
+            " CROSS JOIN LATERAL (SELECT k.series_id, k.first_step, k.last_step"
+            "  FROM metric_chunks k WHERE k.project = ANY($3::text[])"
+            "  AND k.series_id = q.series_id AND k.first_step <= q.step"
+            "  AND k.first_step >= q.step - s.chunk_span AND k.last_step >= q.step) AS h)"
+            " SELECT c.series_id, c.first_step, c.point_count, c.codec, c.data FROM keys"
+            " CROSS JOIN LATERAL (SELECT k.series_id, k.first_step, k.point_count, k.codec,"
+            "  k.data FROM metric_chunks k WHERE k.project = ANY($3::text[])"
+            "  AND k.series_id = keys.series_id AND k.first_step = keys.first_step"
+            "  AND k.last_step = keys.last_step) AS c",
             [series_id for series_id, _ in unique],
             [step for _, step in unique],
+            [project, ""] if project else [""],
         )
-        return {(r["series_id"], r["step"]): r["time_us"] for r in rows}
+        found = [
+            _Chunk(r["series_id"], r["first_step"], r["point_count"], r["codec"], r["data"])
+            for r in rows
+        ]
+        block = _decode(found)
+        wanted: dict[int, list[int]] = {}
+        for series_id, step in unique:
+            wanted.setdefault(series_id, []).append(step)
+        times: dict[tuple[int, int], int] = {}
+        for series_id, steps in wanted.items():
+            hit = (block.series_ids == series_id) & np.isin(block.steps, steps)
+            for step, micros in zip(
+                block.steps[hit].tolist(), block.times_us[hit].tolist(), strict=True
+            ):
+                key = (series_id, step)
+                if micros > times.get(key, -1):
+                    times[key] = micros
+        return times
+
+    async def expire_points(self, project: str, before_day: int) -> int:
+        """Drop every chunk partition of ``project`` whose days all lie before
+        ``before_day`` (days since 1970-01-01 UTC), with its bookkeeping row, in one
+        transaction; return how many were dropped.
+
+        Whole tables go: nothing is deleted row by row. Series counters and rollups stay
+        (rollups are kept longer than raw points; the counters say what was recorded).
+        """
+        async with self._pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(
+                "DELETE FROM metric_chunk_partitions WHERE project = $1 AND end_day <= $2"
+                " RETURNING table_name, first_day",
+                project,
+                before_day,
+            )
+            for row in rows:
+                name = row["table_name"]
+                if not _PARTITION_NAME.match(name):  # never interpolate anything else
+                    raise ValueError(f"unexpected partition name {name!r}")
+                await conn.execute(f"DROP TABLE IF EXISTS {name}")
+        for row in rows:
+            self._partitions.discard((project, row["first_day"]))
+        if rows:
+            log.info(
+                "metrics.partitions.expired",
+                project=project,
+                before_day=before_day,
+                partitions=len(rows),
+            )
+        return len(rows)
+
+    async def purge_run(self, run_id: str) -> int:
+        """Delete every chunk, rollup, series and ledger row of a run deleted for good, in
+        one transaction; return how many points were removed."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            series_ids = [
+                row["series_id"]
+                for row in await conn.fetch(
+                    "SELECT series_id FROM metric_series WHERE run_id = $1 FOR UPDATE", run_id
+                )
+            ]
+            removed = await conn.fetchval(
+                "WITH gone AS (DELETE FROM metric_chunks WHERE series_id = ANY($1::bigint[])"
+                " RETURNING point_count) SELECT coalesce(sum(point_count), 0)::bigint FROM gone",
+                series_ids,
+            )
+            await conn.execute(
+                "DELETE FROM metric_rollups WHERE series_id = ANY($1::bigint[])", series_ids
+            )
+            await conn.execute("DELETE FROM metric_series WHERE run_id = $1", run_id)
+            await conn.execute("DELETE FROM metric_messages WHERE run_id = $1", run_id)
+        return int(removed)
 
 
 def _series_row(row: asyncpg.Record) -> SeriesRow:
@@ -432,12 +833,13 @@ def _series_row(row: asyncpg.Record) -> SeriesRow:
 
 
 def _group(messages: Sequence[MetricPointsReceived]) -> dict[tuple[str, str, str], _Pending]:
-    """The batch's points per series (several messages may carry one series)."""
+    """The batch's points per series as numpy columns (several messages may carry one
+    series); columns may be lists or ``array.array``."""
     pending: dict[tuple[str, str, str], _Pending] = {}
     for message in messages:
         received_us = None
         for columns in message.series:
-            if not columns.steps:
+            if not len(columns.steps):
                 continue
             key = (
                 message.run_id,
@@ -447,105 +849,85 @@ def _group(messages: Sequence[MetricPointsReceived]) -> dict[tuple[str, str, str
             entry = pending.get(key)
             if entry is None:
                 entry = pending[key] = _Pending(
-                    key, columns.host, columns.process_index, columns.labels, [], [], []
+                    key, columns.host, columns.process_index, columns.labels
                 )
-            entry.steps.extend(columns.steps)
-            entry.values.extend(columns.values)
+            steps = np.asarray(columns.steps, dtype=np.int64)
+            entry.steps.append(steps)
+            entry.values.append(np.asarray(columns.values, dtype=np.float64))
             if columns.times_unix_us is not None:
-                entry.times.extend(columns.times_unix_us)
+                entry.times.append(np.asarray(columns.times_unix_us, dtype=np.int64))
             else:
                 if received_us is None:
                     received_us = to_unix_micros(message.occurred_at)
-                entry.times.extend(repeat(received_us, len(columns.steps)))
+                entry.times.append(np.full(len(steps), received_us, dtype=np.int64))
     return pending
 
 
-# count, NaN count, min, max, sum (non-NaN; None when none), first step, last step, last value
-_Bucket = list[Any]
+def _decode(found: Sequence[_Chunk]) -> PointBlock:
+    """The points of chunks as one block (in chunk order, not sorted)."""
+    if not found:
+        return PointBlock.empty()
+    parts = [chunks.decode(c.codec, c.data, c.point_count) for c in found]
+    counts = [c.point_count for c in found]
+    return PointBlock(
+        steps=np.concatenate([p.steps for p in parts]),
+        series_ids=np.repeat(np.array([c.series_id for c in found], dtype=np.int64), counts),
+        times_us=np.concatenate([p.times_us for p in parts]),
+        values=np.concatenate([p.values for p in parts]),
+    )
 
 
-def _fold(
-    into: dict[tuple[int, int], _Bucket],
+def _after(
+    block: PointBlock,
+    step: int,
     series_id: int,
-    steps: list[int],
-    values: list[float],
-    shift: int,
-) -> None:
-    """Aggregate points into buckets of 2**shift steps, one ascending run at a time.
-
-    Points mostly come in step order, so a bucket is usually one slice: a tight loop finds
-    its end and builtins aggregate it. A run breaks where steps go down; partial buckets
-    merge, later points winning a tie on ``last``.
-    """
-    total = len(steps)
-    start = 0
-    while start < total:
-        first = steps[start]
-        limit = ((first >> shift) + 1) << shift
-        end = start + 1
-        while end < total and first <= steps[end] < limit and steps[end] >= steps[end - 1]:
-            end += 1
-        chunk = values[start:end]
-        real = [value for value in chunk if value == value]  # noqa: PLR0124  # NaN test
-        bucket: _Bucket = [
-            end - start,
-            end - start - len(real),
-            min(real) if real else None,
-            max(real) if real else None,
-            sum(real) if real else None,
-            first,
-            steps[end - 1],
-            chunk[-1],
-        ]
-        key = (series_id, first >> shift)
-        seen = into.get(key)
-        into[key] = bucket if seen is None else _merge(seen, bucket)
-        start = end
+    micros: int,
+    high_step: int,
+    own_id: int,
+) -> PointBlock:
+    """The points of one series' block past the keyset position (step, series id, time)
+    and at most ``high_step``."""
+    steps = block.steps
+    if own_id > series_id:
+        keep = steps >= step
+    elif own_id < series_id:
+        keep = steps > step
+    else:
+        keep = (steps > step) | ((steps == step) & (block.times_us > micros))
+    keep &= steps <= high_step
+    if keep.all():
+        return block
+    return PointBlock(steps[keep], block.series_ids[keep], block.times_us[keep], block.values[keep])
 
 
-def _merge(old: _Bucket, new: _Bucket) -> _Bucket:
-    def pick(a: float | None, b: float | None, better: Any) -> float | None:
-        return b if a is None else a if b is None else better(a, b)
-
-    return [
-        old[0] + new[0],
-        old[1] + new[1],
-        pick(old[2], new[2], min),
-        pick(old[3], new[3], max),
-        pick(old[4], new[4], lambda a, b: a + b),
-        min(old[5], new[5]),
-        max(old[6], new[6]),
-        new[7] if new[6] >= old[6] else old[7],
-    ]
+def _concat(blocks: Sequence[PointBlock]) -> PointBlock:
+    blocks = [block for block in blocks if len(block)]
+    if not blocks:
+        return PointBlock.empty()
+    if len(blocks) == 1:
+        return blocks[0]
+    return PointBlock(
+        np.concatenate([b.steps for b in blocks]),
+        np.concatenate([b.series_ids for b in blocks]),
+        np.concatenate([b.times_us for b in blocks]),
+        np.concatenate([b.values for b in blocks]),
+    )
 
 
-def _every_level(fine: dict[tuple[int, int], _Bucket]) -> dict[tuple[int, int, int], _Bucket]:
-    """The batch's buckets at every rollup level, each coarser level folded from the one
-    below (a few rows per series, whatever the batch's size)."""
-    levels: dict[tuple[int, int, int], _Bucket] = {
-        (series_id, ROLLUP_LEVELS[0], bucket): row for (series_id, bucket), row in fine.items()
-    }
-    below = fine
-    for finer, level in itertools.pairwise(ROLLUP_LEVELS):
-        above: dict[tuple[int, int], _Bucket] = {}
-        for (series_id, bucket), row in below.items():
-            key = (series_id, bucket >> (level - finer))
-            seen = above.get(key)
-            above[key] = row if seen is None else _merge(seen, row)
-        levels.update(
-            {(series_id, level, bucket): row for (series_id, bucket), row in above.items()}
+def _first(block: PointBlock, limit: int) -> PointBlock:
+    """The block's first ``limit`` points in (step, series id, time) order."""
+    steps, sids, times = block.steps, block.series_ids, block.times_us
+    if len(steps) > 1:
+        # chunks of one series that do not overlap come in order already: no sort then
+        same = np.diff(steps) == 0
+        ordered = np.all(
+            (np.diff(steps) > 0)
+            | (same & (np.diff(sids) > 0))
+            | (same & (np.diff(sids) == 0) & (np.diff(times) >= 0))
         )
-        below = above
-    return levels
-
-
-def _bucket_columns(buckets: dict[tuple[int, int, int], _Bucket]) -> list[list[Any]]:
-    """Rollup rows as the merge's columns, in key order (replicas lock rows alike)."""
-    columns: list[list[Any]] = [[] for _ in range(11)]
-    for (series_id, level, bucket), row in sorted(buckets.items(), key=lambda item: item[0]):
-        columns[0].append(series_id)
-        columns[1].append(level)
-        columns[2].append(bucket)
-        for index, value in enumerate(row, start=3):
-            columns[index].append(value)
-    return columns
+        if not ordered:
+            order = np.lexsort((times, sids, steps))[:limit]
+            return PointBlock(steps[order], sids[order], times[order], block.values[order])
+    if len(steps) <= limit:
+        return block
+    return PointBlock(steps[:limit], sids[:limit], times[:limit], block.values[:limit])
