@@ -14,7 +14,9 @@ from mldiag_platform.bus import BatchHandler, Bus, ConsumerSpec, Delivery, Publi
 from mldiag_platform.errors import InvalidArgument, Unavailable
 from mldiag_platform.settings import NatsSettings
 from mldiag_schemas.bus import METRICS_RECEIVED, TELEMETRY
-from mldiag_schemas.telemetry import MetricPoint, MetricPointsReceived
+from mldiag_schemas.columnar import CONTENT_TYPE
+from mldiag_schemas.messages import encode_message, parse_message
+from mldiag_schemas.telemetry import MetricColumns, MetricPoint, MetricPointsReceived
 from support import read_dead_letters, wait_until
 
 pytestmark = pytest.mark.connected
@@ -65,6 +67,26 @@ async def test_republishing_the_same_event_id_stores_one_message(
     assert stored == 2
 
 
+async def test_metric_points_travel_as_frames_with_their_content_type(
+    bus: Bus, nats_settings: NatsSettings
+) -> None:
+    message = _message(float("nan"))
+    await bus.publisher.publish(message)
+    client = await nats.connect(nats_settings.url)
+    try:
+        stored = await client.jetstream().get_last_msg(
+            bus.namespace.stream(TELEMETRY), bus.publisher.subject_for(message)
+        )
+    finally:
+        await client.close()
+    assert stored.headers is not None
+    assert stored.headers["Content-Type"] == CONTENT_TYPE
+    assert stored.data is not None
+    assert stored.data.startswith(b"MLDC")
+    [columns] = parse_message(stored.data).series  # type: ignore[attr-defined]
+    assert list(columns.steps) == [1]
+
+
 async def _run_consumer(bus: Bus, handler: BatchHandler[MetricPointsReceived]) -> Publisher:
     bus.consume(SPEC, handler)
     await bus.start()
@@ -97,7 +119,7 @@ async def test_a_failing_message_is_retried_then_dead_lettered_and_the_rest_flow
     assert (
         letter.subject == f"{nats_settings.namespace}.deadletter.telemetry.metrics.received.run-1"
     )
-    assert MetricPointsReceived.model_validate_json(letter.data).event_id == poison.event_id
+    assert parse_message(letter.data).event_id == poison.event_id
     assert attempts[poison.event_id] == nats_settings.max_deliver
     # the good message, pulled in the same batch as the poison one, was handled exactly once
     assert handled.count(good.event_id) == 1
@@ -176,18 +198,31 @@ async def test_poison_bytes_are_dead_lettered_and_the_consumer_keeps_pulling(
         b'{"type": "telemetry.metrics.received", "schemaVersion": 1, "runId": "run-1",'
         b' "batchId": "' + str(uuid.uuid4()).encode() + b'", "chunk": 0}'
     )
-    for number, poison in enumerate((deep, v1_without_points, b"[]")):
+    frame = encode_message(_message(1.0))
+    truncated_frame, bad_header = frame[:-1], frame[:9] + b"{" * (len(frame) - 9)
+    # built without validation, as a buggy or hostile publisher would send it
+    bad_columns = MetricColumns.model_construct(
+        name="loss", host="", process_index=None, labels={}, steps=[-5], values=[1.0]
+    )
+    negative_step = encode_message(_message(1.0).model_copy(update={"series": [bad_columns]}))
+    poisons = (deep, v1_without_points, b"[]", truncated_frame, bad_header, negative_step)
+    for number, poison in enumerate(poisons):
         await publisher.publish_raw(subject, poison, f"poison-{number}")
     good = _message(1.0)
     await publisher.publish(good)
 
     letters = await wait_until(
         lambda: read_dead_letters(nats_settings),
-        accept=lambda found: len(found) == 3,
+        accept=lambda found: len(found) == len(poisons),
     )
     reasons = sorted(letter.headers["Mldiag-Reason"] for letter in letters if letter.headers)
     assert all(reason.startswith("undecodable message") for reason in reasons)
     assert any("nests too deep" in reason for reason in reasons)
+    assert any("FrameError" in reason and "truncated" in reason for reason in reasons)
+    assert any("header is not JSON" in reason for reason in reasons)
+    assert any("steps must lie within" in reason for reason in reasons)
+    # a dead letter keeps the frame's bytes as they came
+    assert {letter.data for letter in letters} >= {truncated_frame, negative_step}
     await wait_until(lambda: asyncio.sleep(0, handled), accept=lambda h: good.event_id in h)
     assert await bus.healthy()
 

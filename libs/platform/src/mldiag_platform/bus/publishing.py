@@ -22,7 +22,7 @@ from mldiag_platform.substrate import inbox_prefix
 from mldiag_schemas.bus import Namespace, StreamSpec, stream_of
 from mldiag_schemas.envelope import Envelope
 from mldiag_schemas.ids import is_resource_id
-from mldiag_schemas.messages import SUBJECT_OF
+from mldiag_schemas.messages import SUBJECT_OF, content_type_of, encode_message
 
 log = structlog.get_logger(__name__)
 
@@ -168,9 +168,17 @@ class Publisher:
         return self._namespace.subject(SUBJECT_OF[type(message)], token)
 
     async def publish(self, message: Envelope) -> None:
-        """Publish one message and wait for JetStream's ack."""
+        """Publish one message and wait for JetStream's ack.
+
+        Metric points go as a binary columnar frame, everything else as JSON
+        (:func:`~mldiag_schemas.messages.encode_message`); the ``Content-Type`` header says
+        which, for people and tools reading the stream (readers sniff the bytes anyway).
+        """
         await self.publish_raw(
-            self.subject_for(message), message.model_dump_json().encode(), str(message.event_id)
+            self.subject_for(message),
+            encode_message(message),
+            str(message.event_id),
+            {"Content-Type": content_type_of(message)},
         )
         MESSAGES_PUBLISHED.labels(message.type).inc()
 
