@@ -1,14 +1,25 @@
 """HTTP routes of metric series, and the consumer that stores points from the bus."""
 
+import asyncio
+import re
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import StreamingResponse
 
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.http import ContractResponse
 from mldiag_platform.resources import ParentDep, route
 from mldiag_run_registry.live.service import LiveFeed
-from mldiag_run_registry.metrics.service import MetricsService, StepRange
+from mldiag_run_registry.metrics import export
+from mldiag_run_registry.metrics.blocks import PointBlock
+from mldiag_run_registry.metrics.service import (
+    MetricsService,
+    PointsExport,
+    PointsPage,
+    StepRange,
+)
 from mldiag_run_registry.resources import RunIdPath
 from mldiag_schemas import bus
 from mldiag_schemas.auth import Permission
@@ -131,7 +142,82 @@ async def read_series(
     page = await service.read_series(
         parent.project, parent.location, run_id, metric, page_size, page_token
     )
-    return ContractResponse(page)
+    return ContractResponse(_page_json(page))
+
+
+def _page_json(page: PointsPage) -> bytes:
+    """The page as ``ReadMetricSeriesResponse`` JSON, written from its columns."""
+    return export.page_json(page.metric, page.block, page.series, page.next_page_token)
+
+
+_EXPORT_DESCRIPTION = (
+    "The whole metric (every series, over `startStep` … `endStep` when given) as CSV"
+    " (`format=csv`: a header line, then `step,value,time,host,processIndex,labels`) or JSON"
+    " Lines (`format=jsonl`: one point object a line, as in a page). NaN and ±Inf are written"
+    " `NaN`, `Infinity`, `-Infinity`; times are RFC 3339 in UTC. Streamed in step order."
+)
+
+
+@route(
+    router,
+    "GET",
+    "/machineLearningRuns/{run_id}/metrics:export",
+    Permission.RUNS_GET,
+    responses={
+        200: {
+            "description": _EXPORT_DESCRIPTION,
+            "content": {
+                "text/csv": {"schema": {"type": "string"}},
+                "application/jsonl": {"schema": {"type": "string"}},
+            },
+        }
+    },
+)
+async def export_series(
+    run_id: RunIdPath,
+    parent: ParentDep,
+    service: ServiceDep,
+    metric: str,
+    export_format: Annotated[str, Query(alias="format")] = "csv",
+    start_step: StartStepQuery = None,
+    end_step: EndStepQuery = None,
+) -> Response:
+    """One metric's every point as a file (``metric=NAME&format=csv|jsonl``), streamed.
+
+    The metric is a query parameter, so any name (with ``/`` or ``:``) is unambiguous.
+    """
+    chosen = export.parse_format(export_format)
+    points = await service.export(
+        parent.project, parent.location, run_id, metric, StepRange(start_step, end_step)
+    )
+    filename = _filename(run_id, metric, chosen)
+    return StreamingResponse(
+        _stream(points, chosen),
+        media_type=chosen.media_type,
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _filename(run_id: str, metric: str, chosen: export.ExportFormat) -> str:
+    """``<run>-<metric>.<format>``, the metric's ``/`` and ``:`` written ``_`` (a file name
+    and a quoted header value both stay plain)."""
+    return f"{run_id}-{_UNSAFE.sub('_', metric)}.{chosen.value}"
+
+
+async def _stream(points: PointsExport, chosen: export.ExportFormat) -> AsyncIterator[bytes]:
+    """The export's text, a block at a time; each block is written off the event loop (tens
+    of milliseconds of numpy for 65,536 points) so other requests keep being answered."""
+    if chosen is export.ExportFormat.CSV:
+        yield export.CSV_HEADER
+    async for block in points.blocks:
+        yield await asyncio.to_thread(_lines, chosen, block, points)
+
+
+def _lines(chosen: export.ExportFormat, block: PointBlock, points: PointsExport) -> bytes:
+    return export.lines(chosen, block, points.series)
 
 
 def metrics_consumer(batch_size: int) -> ConsumerSpec[MetricPointsReceived]:

@@ -7,7 +7,7 @@ buckets and still touches N to 4N rows. Short ranges (fewer than 64 steps per re
 bucket) are aggregated from the raw points, which are then few.
 """
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -20,13 +20,15 @@ from mldiag_platform.listing.paging import (
     page_size,
     token_int,
 )
-from mldiag_run_registry.lookup import RunLookup, SummaryWriter
+from mldiag_run_registry.lookup import RunFinder, RunLookup, SummaryWriter
+from mldiag_run_registry.metrics.blocks import PointBlock
 from mldiag_run_registry.metrics.errors import (
     InvalidBucketCount,
     InvalidGroupBy,
     InvalidRunList,
     InvalidStepRange,
 )
+from mldiag_run_registry.metrics.export import concatenate
 from mldiag_run_registry.metrics.repository import (
     ROLLUP_LEVELS,
     BucketRow,
@@ -45,7 +47,6 @@ from mldiag_schemas.telemetry import (
     MetricBucket,
     MetricPointsReceived,
     MetricSummary,
-    ReadMetricSeriesResponse,
 )
 
 log = structlog.get_logger(__name__)
@@ -54,6 +55,9 @@ DEFAULT_POINTS_PAGE_SIZE = 10_000
 MAX_POINTS_PAGE_SIZE = 100_000
 MAX_BUCKETS = 10_000
 MAX_COMPARED_RUNS = 20
+EXPORT_BLOCK_POINTS = 65_536
+"""Points an export reads and writes at a time: memory stays bounded whatever the series'
+length, and numpy's per-call costs vanish beside the block's."""
 GROUPINGS: tuple[GroupBy, ...] = ("series", "host", "none")
 
 POINTS_DROPPED = Counter(
@@ -106,6 +110,27 @@ class _Downsampled:
         return None if self.window is None else self.window[1]
 
 
+@dataclass(frozen=True)
+class PointsPage:
+    """A page of one metric's points as columns, with the series they belong to."""
+
+    metric: str
+    block: PointBlock
+    series: dict[int, SeriesRow]
+    """Every series of the metric, by id (the identity each point is written with)."""
+    next_page_token: str
+
+
+@dataclass(frozen=True)
+class PointsExport:
+    """A whole metric (every series, over a step range) as blocks read one at a time."""
+
+    metric: str
+    series: dict[int, SeriesRow]
+    blocks: AsyncIterator[PointBlock]
+    """Blocks in (step, series id, time) order; nothing is read before the first is asked."""
+
+
 def plan_buckets(first_step: int, last_step: int, buckets: int) -> Plan:
     """The width (aligned to step 0) giving at most ``buckets`` buckets over the range."""
     span = last_step - first_step + 1
@@ -142,11 +167,29 @@ class MetricsService:
     """A run's metric series."""
 
     def __init__(
-        self, repository: MetricsRepository, runs: RunLookup, summaries: SummaryWriter
+        self,
+        repository: MetricsRepository,
+        runs: RunLookup,
+        summaries: SummaryWriter,
+        finder: RunFinder | None = None,
     ) -> None:
         self._repository = repository
         self._runs = runs
         self._summaries = summaries
+        self._finder = finder
+        # run id → project: a run never changes project, so each is looked up once per
+        # process (through the runs slice: this slice never reads the runs' tables)
+        self._projects: dict[str, str] = {}
+
+    async def _projects_of(self, run_ids: Iterable[str]) -> dict[str, str]:
+        """The project of each known run (a run not found, or no finder: left out, so its
+        points go to the project '' that every read searches too)."""
+        if self._finder is not None:
+            for run_id in set(run_ids) - self._projects.keys():
+                found = await self._finder.find_run(run_id)
+                if found is not None:
+                    self._projects[run_id] = found[0]
+        return self._projects
 
     async def store(self, messages: Sequence[MetricPointsReceived]) -> int:
         """Store points from the bus (idempotent per message); return how many were new.
@@ -154,7 +197,8 @@ class MetricsService:
         When they include a summary metric (``step_time``, ``mfu``, ``throughput``,
         ``latency``), the run's output-only averages are recomputed from the rollups.
         """
-        result = await self._repository.store_messages(messages)
+        projects = await self._projects_of(message.run_id for message in messages)
+        result = await self._repository.store_messages(messages, projects)
         touched = sorted(
             {
                 message.run_id
@@ -221,8 +265,9 @@ class MetricsService:
         metric: str,
         requested_size: int | None,
         page_token: str,
-    ) -> ReadMetricSeriesResponse:
-        """A page of one metric's points (every series), in step order."""
+    ) -> PointsPage:
+        """A page of one metric's points (every series), in step order, as columns: the
+        handler writes its JSON from them without an object per point."""
         await self._runs.get_run(project, location, run_id)
         size = page_size(requested_size, DEFAULT_POINTS_PAGE_SIZE, MAX_POINTS_PAGE_SIZE)
         after = None
@@ -233,30 +278,41 @@ class MetricsService:
                 token_int(fields.get("i")),
                 token_int(fields.get("t")),
             )
-        series = {
-            row.series_id: row for row in await self._repository.list_series([run_id], metric)
-        }
-        rows = await self._repository.read_points(list(series), size + 1, after) if series else []
+        series = await self._series(run_id, metric)
+        block = await self._repository.read_points(project, list(series), size + 1, after)
         token = ""
-        if len(rows) > size:
-            rows = rows[:size]
-            step, series_id, micros, _ = rows[-1]
-            token = encode_token({"s": step, "i": series_id, "t": micros})
-        # one validation call for the whole page: 10x cheaper than a model per point
-        points = [
-            {
-                "step": step,
-                "value": value,
-                "time": _time(micros),
-                "host": series[series_id].host,
-                "process_index": series[series_id].process_index,
-                "labels": series[series_id].labels,
-            }
-            for step, series_id, micros, value in rows
-        ]
-        return ReadMetricSeriesResponse.model_validate(
-            {"metric": metric, "points": points, "next_page_token": token}
-        )
+        if len(block) > size:
+            block = _head(block, size)
+            token = encode_token(
+                {
+                    "s": int(block.steps[-1]),
+                    "i": int(block.series_ids[-1]),
+                    "t": int(block.times_us[-1]),
+                }
+            )
+        return PointsPage(metric, block, series, token)
+
+    async def export(
+        self,
+        project: str,
+        location: str,
+        run_id: str,
+        metric: str,
+        steps: StepRange | None = None,
+    ) -> PointsExport:
+        """Every point of one metric (all its series; over ``steps`` when given), read
+        block by block as the caller consumes them. The run and the range are checked here,
+        before anything is streamed, so a mistake still gets its 4xx."""
+        await self._runs.get_run(project, location, run_id)
+        steps = steps or StepRange()
+        _check_steps(steps)
+        series = await self._series(run_id, metric)
+        scan = self._repository.scan_points(project, list(series), steps.start, steps.end)
+        return PointsExport(metric, series, _coalesced(scan, EXPORT_BLOCK_POINTS))
+
+    async def _series(self, run_id: str, metric: str) -> dict[int, SeriesRow]:
+        rows = await self._repository.list_series([run_id], metric)
+        return {row.series_id: row for row in rows}
 
     async def downsample(
         self,
@@ -273,7 +329,7 @@ class MetricsService:
         only, when given; with each bucket's ``lastTime`` when ``with_times``)."""
         await self._runs.get_run(project, location, run_id)
         read = await self._downsample(
-            [run_id], metric, buckets, group_by, steps or StepRange(), with_times
+            project, [run_id], metric, buckets, group_by, steps or StepRange(), with_times
         )
         return DownsampleMetricResponse(
             metric=metric,
@@ -303,7 +359,7 @@ class MetricsService:
         for run_id in unique:
             await self._runs.get_run(project, location, run_id)
         read = await self._downsample(
-            unique, metric, buckets, group_by, steps or StepRange(), with_times
+            project, unique, metric, buckets, group_by, steps or StepRange(), with_times
         )
         return CompareMetricsResponse(
             metric=metric,
@@ -317,6 +373,7 @@ class MetricsService:
 
     async def _downsample(
         self,
+        project: str,
         run_ids: list[str],
         metric: str,
         buckets: int,
@@ -327,12 +384,7 @@ class MetricsService:
         grouping = _grouping(group_by)
         if not 1 <= buckets <= MAX_BUCKETS:
             raise InvalidBucketCount(f"buckets must be between 1 and {MAX_BUCKETS}")
-        if (steps.start is not None and steps.start < 0) or (
-            steps.end is not None and steps.end < 0
-        ):
-            raise InvalidStepRange("startStep and endStep must not be negative")
-        if steps.start is not None and steps.end is not None and steps.start > steps.end:
-            raise InvalidStepRange("startStep must not be greater than endStep")
+        _check_steps(steps)
         series = await self._repository.list_series(run_ids, metric)
         heads: list[SeriesRow] = []
         groups: dict[int, int] = {}
@@ -359,12 +411,12 @@ class MetricsService:
             first, last = window
             plan = plan_buckets(first, last, buckets)
             aggregates = await self._repository.read_buckets(
-                groups, plan.width, plan.level, first // plan.width, last // plan.width
+                project, groups, plan.width, plan.level, first // plan.width, last // plan.width
             )
             times: dict[tuple[int, int], int] = {}
             if with_times and aggregates:
                 times = await self._repository.point_times(
-                    [(row.last_series_id, row.last_step) for row in aggregates]
+                    project, [(row.last_series_id, row.last_step) for row in aggregates]
                 )
             for aggregate in aggregates:
                 micros = times.get((aggregate.last_series_id, aggregate.last_step))
@@ -382,6 +434,34 @@ class MetricsService:
             for number, head in enumerate(heads)
         ]
         return _Downsampled(plan, window, lines)
+
+
+def _check_steps(steps: StepRange) -> None:
+    if (steps.start is not None and steps.start < 0) or (steps.end is not None and steps.end < 0):
+        raise InvalidStepRange("startStep and endStep must not be negative")
+    if steps.start is not None and steps.end is not None and steps.start > steps.end:
+        raise InvalidStepRange("startStep must not be greater than endStep")
+
+
+async def _coalesced(blocks: AsyncIterator[PointBlock], points: int) -> AsyncIterator[PointBlock]:
+    """Blocks merged until they hold at least ``points`` (the last may hold fewer)."""
+    held: list[PointBlock] = []
+    count = 0
+    async for block in blocks:
+        held.append(block)
+        count += len(block)
+        if count >= points:
+            yield concatenate(held)
+            held, count = [], 0
+    if count:
+        yield concatenate(held)
+
+
+def _head(block: PointBlock, count: int) -> PointBlock:
+    """The first ``count`` points of a block (views, no copy)."""
+    return PointBlock(
+        block.steps[:count], block.series_ids[:count], block.times_us[:count], block.values[:count]
+    )
 
 
 def _grouping(group_by: str) -> GroupBy:
