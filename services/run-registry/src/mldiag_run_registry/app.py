@@ -46,6 +46,14 @@ from mldiag_run_registry.profiles.captures import CapturesService
 from mldiag_run_registry.profiles.deadlines import CaptureDeadlines, sweeping
 from mldiag_run_registry.profiles.repository import ProfilesRepository
 from mldiag_run_registry.profiles.service import ProfilesService
+from mldiag_run_registry.retention import handlers as retention_handlers
+from mldiag_run_registry.retention.repository import RetentionRepository
+from mldiag_run_registry.retention.service import (
+    RetentionService,
+    RetentionSweeper,
+    RunPurger,
+    retention_sweeps,
+)
 from mldiag_run_registry.runs import handlers as runs_handlers
 from mldiag_run_registry.runs.repository import RunRepository
 from mldiag_run_registry.runs.service import RunService
@@ -74,6 +82,7 @@ _ROOMS_WITH_TABLES = (
     "profiles",
     "shares",
     "logs",
+    "retention",
 )
 
 
@@ -137,15 +146,46 @@ async def _sweep(
     profiles_repository: ProfilesRepository,
     captures: CapturesService,
     pool: asyncpg.Pool,
-) -> None:
+    run_repository: RunRepository,
+    operations: OperationsRepository,
+) -> tuple[RetentionService, RunPurger]:
     """Start the periodic work that lasts as long as ``stack``: the outbox's sweep of staged
-    messages, the failing of captures nobody finished, and log retention."""
+    messages, the failing of captures nobody finished, log retention and projects' retention
+    policies (whose service and purger it answers)."""
     await stack.enter_async_context(running_sweeper(outbox))
     grace = timedelta(seconds=settings.capture_grace_seconds)
     deadlines = CaptureDeadlines(profiles_repository, captures, grace)
     await stack.enter_async_context(sweeping(deadlines, settings.capture_sweep_seconds))
     retention = LogRetention(LogsRepository(pool), settings.log_retention_days)
     await stack.enter_async_context(retaining(retention, settings.log_retention_sweep_seconds))
+    return await _retention(stack, settings, pool, run_repository, profiles_repository, operations)
+
+
+async def _retention(
+    stack: AsyncExitStack,
+    settings: RunRegistrySettings,
+    pool: asyncpg.Pool,
+    run_repository: RunRepository,
+    profiles_repository: ProfilesRepository,
+    operations: OperationsRepository,
+) -> tuple[RetentionService, RunPurger]:
+    """The retention policies, the purge of deleted runs, and their sweep for as long as
+    ``stack`` lasts."""
+    repository = RetentionRepository(pool)
+    policies = RetentionService(repository, settings.retention_deleted_runs_days)
+    metrics = MetricsRepository(pool, settings.db_schema)
+    purger = RunPurger(
+        run_repository,
+        metrics,
+        EventsRepository(pool),
+        LogRetention(LogsRepository(pool), settings.log_retention_days),
+        profiles_repository,
+        HeartbeatsRepository(pool),
+        operations,
+    )
+    sweeper = RetentionSweeper(policies, repository, run_repository, metrics, purger)
+    await stack.enter_async_context(retention_sweeps(sweeper, settings.retention_sweep_seconds))
+    return policies, purger
 
 
 def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
@@ -224,7 +264,16 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             )
             await bus.start()
             await outbox.flush()  # whatever a crash left staged
-            await _sweep(stack, settings, outbox, profiles_repository, captures, pool)
+            app.state.retention, app.state.purger = await _sweep(
+                stack,
+                settings,
+                outbox,
+                profiles_repository,
+                captures,
+                pool,
+                run_repository,
+                operations,
+            )
 
             app.state.runs, app.state.metrics, app.state.events = runs, metrics, events
             app.state.heartbeats, app.state.goodput, app.state.monitoring, app.state.logs = (
@@ -252,6 +301,7 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
     for router in (
         goodput_handlers.router,  # before runs: `{run_id}` would also match `x:goodput`
         live_handlers.router,  # and `x:watch`
+        retention_handlers.router,
         runs_handlers.router,
         metrics_handlers.router,
         events_handlers.router,
