@@ -96,8 +96,10 @@ class PurgedRun(Contract):
     """
 
     name: str = Field(description="The purged run's resource name.")
-    metric_rows: int = Field(
-        default=0, description="Rows of metric data removed (chunks, rollups, series, ledger)."
+    metric_points: int = Field(
+        default=0,
+        description="Raw metric points removed (the run's rollups, series and ledger went"
+        " with them; points of weeks already dropped by the policy are not counted).",
     )
     events: int = Field(default=0, description="Workload events removed.")
     analyses: int = Field(default=0, description="Analyzer reports removed.")

@@ -65,7 +65,7 @@ class MetricRetention(Protocol):
         ...
 
     async def purge_run(self, run_id: str) -> int:
-        """Remove every point, rollup, series and ledger row of the run; rows removed."""
+        """Remove every point, rollup, series and ledger row of the run; points removed."""
         ...
 
 
@@ -240,7 +240,7 @@ class RunPurger:
         for files in await self._profiles.stored_files(run_id):
             objects += await self._remove_files(run_id, files)
         sessions, targets = await self._profiles.purge_run(run_id)
-        metric_rows = await self._metrics.purge_run(run_id)
+        metric_points = await self._metrics.purge_run(run_id)
         events, analyses = await self._events.purge_run(run_id)
         log_chunks = await self._logs.purge_run(run_id)
         heartbeats = await self._heartbeats.purge_run(run_id)
@@ -248,7 +248,7 @@ class RunPurger:
         await self._runs.delete_deleted_run(run_id)
         purged = PurgedRun(
             name=run.name,
-            metric_rows=metric_rows,
+            metric_points=metric_points,
             events=events,
             analyses=analyses,
             log_chunks=log_chunks,
@@ -274,7 +274,8 @@ class RunPurger:
         removed = 0
         inside = f"/{run_id}/plugins/profile/"
         folder = files.folder_uri.rstrip("/")
-        if folder and _path_of(folder).endswith(f"{inside}{files.session_id}"):
+        emptied = bool(folder) and _path_of(folder).endswith(f"{inside}{files.session_id}")
+        if emptied:
             store = self._stores(folder)
             for key in await store.list():
                 await store.delete(key)
@@ -282,7 +283,7 @@ class RunPurger:
         elif folder:
             log.warning("run.purge_skipped_folder", run_id=run_id, folder=folder)
         for uri in files.file_uris:
-            if folder and uri.startswith(folder + "/"):
+            if emptied and uri.startswith(folder + "/"):
                 continue  # gone with the folder
             parent, _, name = uri.rpartition("/")
             if inside not in _path_of(uri) or not name:
