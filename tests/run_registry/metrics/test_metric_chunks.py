@@ -1,0 +1,60 @@
+"""Chunk codecs: round trips bit for bit (NaN payloads, ±Inf, -0.0), both codecs, and
+chunk boundaries."""
+
+import numpy as np
+import pytest
+
+from mldiag_run_registry.metrics import chunks
+
+
+def _columns(count: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    steps = rng.integers(0, 2**63 - 1, count, dtype=np.int64)
+    times = rng.integers(0, 253_402_300_799_999_999, count, dtype=np.int64)
+    values = rng.standard_normal(count)
+    special = [np.nan, np.inf, -np.inf, -0.0, 0.0, 5e-324, np.finfo(np.float64).max]
+    values[: min(count, len(special))] = special[:count]
+    if count > len(special):  # a NaN with its own payload
+        values.view(np.uint64)[len(special)] = 0x7FF8_0000_DEAD_BEEF
+    return steps, times, values
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 7, 8, 4096])
+@pytest.mark.parametrize("codec", [chunks.CODEC_RAW, chunks.CODEC_PLANES])
+def test_a_chunk_round_trips_bit_for_bit(count: int, codec: int) -> None:
+    steps, times, values = _columns(count)
+    encode = chunks.encode if codec == chunks.CODEC_PLANES else chunks.encode_raw
+    points = chunks.decode(codec, encode(steps, times, values), count)
+    assert points.steps.tolist() == steps.tolist()
+    assert points.times_us.tolist() == times.tolist()
+    assert points.values.view(np.uint64).tolist() == values.view(np.uint64).tolist()
+
+
+def test_regular_series_compress_and_constant_values_compress_further() -> None:
+    count = 4096
+    steps = np.arange(1_000, 1_000 + count, dtype=np.int64)
+    rng = np.random.default_rng(1)
+    times = 1_760_000_000_000_000 + np.cumsum(10_000 + rng.integers(-500, 500, count))
+    loss = 2.0 * np.exp(-steps / 3e5) + 0.05 * rng.standard_normal(count)
+    noisy = chunks.encode(steps, times, loss)
+    assert len(noisy) < 8.5 * count  # 24 bytes a point raw
+    flat = chunks.encode(steps, times, np.full(count, 0.001))
+    assert len(flat) < 2 * count  # the low value planes compress too: times are the rest
+    assert chunks.decode(chunks.CODEC_PLANES, flat, count).values.tolist() == [0.001] * count
+
+
+def test_corrupt_or_foreign_chunks_are_refused() -> None:
+    steps, times, values = _columns(10)
+    data = chunks.encode(steps, times, values)
+    with pytest.raises(chunks.ChunkError):
+        chunks.decode(chunks.CODEC_PLANES, data, 11)
+    with pytest.raises(chunks.ChunkError):
+        chunks.decode(7, data, 10)
+    with pytest.raises(chunks.ChunkError):
+        chunks.decode(chunks.CODEC_RAW, data, 10)
+
+
+def test_chunks_start_per_series_and_every_size_points() -> None:
+    series = np.array([1] * 5 + [2] * 2 + [5] * 4, dtype=np.int64)
+    assert chunks.chunk_starts(series, 2).tolist() == [0, 2, 4, 5, 7, 9]
+    assert chunks.chunk_starts(np.empty(0, dtype=np.int64), 2).tolist() == []
