@@ -100,7 +100,7 @@ async def test_a_bus_write_keeps_its_good_series_and_points_and_dead_letters_not
             return await read_messages(nats_settings, METRICS_RECEIVED, MetricPointsReceived)
 
         [message] = await wait_until(stored)
-        assert [(s.host, s.steps) for s in message.series] == [("", [1, 3])]
+        assert [(s.host, list(s.steps)) for s in message.series] == [("", [1, 3])]
         dead = await read_stream(
             nats_settings.url,
             namespace.subject(DEADLETTER_PREFIX, ">"),

@@ -228,7 +228,7 @@ async def test_a_thousand_good_points_and_one_bad_step_store_the_thousand(
         }
     ]
     [message] = await _stored(nats_settings)
-    assert message.series[0].steps == list(range(1000))
+    assert list(message.series[0].steps) == list(range(1000))
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,7 @@
 """Ingestion's errors: every one a client mistake with a stable code."""
 
+from pydantic import ValidationError
+
 from mldiag_platform.errors import InvalidArgument, PayloadTooLarge
 
 
@@ -80,3 +82,20 @@ class TooManyLogLines(PayloadTooLarge):
     """More lines, or more bytes of text, in one log write than allowed."""
 
     code = "too_many_log_lines"
+
+
+def refused_write(exc: ValidationError) -> InvalidArgument:
+    """The error of a metrics write the contract refuses whole, JSON or frame alike: its
+    first failing rule picks the code (docs/metrics.md), the first 20 problems are listed."""
+    problems = exc.errors()[:20]
+    details = [
+        {"field": ".".join(str(part) for part in problem["loc"]), "problem": problem["msg"]}
+        for problem in problems
+    ]
+    first = problems[0]
+    error: type[InvalidArgument] = InvalidBatch
+    if first["loc"][-1:] == ("name",) and first["type"] == "string_pattern_mismatch":
+        error = InvalidMetricName
+    elif first["type"] in ("too_many_labels", "invalid_label") or "labels" in first["loc"]:
+        error = InvalidLabels
+    return error(f"the write request is not valid: {first['msg']}", details=details)

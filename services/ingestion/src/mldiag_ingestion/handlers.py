@@ -15,20 +15,20 @@ from mldiag_ingestion.errors import (
     BodyTooLarge,
     InvalidBatch,
     InvalidHeartbeat,
-    InvalidLabels,
     InvalidLogs,
-    InvalidMetricName,
     InvalidSignal,
     TooManyLogLines,
     UnsupportedEncoding,
+    refused_write,
 )
+from mldiag_ingestion.frames import parse_frame_write
 from mldiag_ingestion.otlp.service import OtlpIngestion
 from mldiag_ingestion.service import IngestionService, refuse_if_nothing_accepted
 from mldiag_platform.auth import requires
 from mldiag_platform.bus import ConsumerSpec, Delivery
 from mldiag_platform.errors import InvalidArgument
 from mldiag_platform.http import ContractResponse, parse_body
-from mldiag_schemas import bus
+from mldiag_schemas import bus, columnar
 from mldiag_schemas.auth import Permission
 from mldiag_schemas.errors import ErrorBody
 from mldiag_schemas.ids import is_resource_id
@@ -69,10 +69,25 @@ SHORT_RUN_PATH = "/v1/machineLearningRuns/{run_id}"
 _WRITE_METRICS = [requires(Permission.METRICS_WRITE)]
 
 
+_FRAME_BODY = {
+    "schema": {
+        "type": "string",
+        "format": "binary",
+        "description": "The same write as a binary columnar frame: `MLDC`, version 1, a u32"
+        " little-endian header length, a JSON header `{batchId?, series: [{name, host?,"
+        " processIndex?, labels?, count, times}]}`, then per series little-endian int64"
+        " steps, float64 values and (when `times`) int64 µs times. See docs/wire-format.md."
+        " Gzip with `Content-Encoding: gzip` is accepted.",
+    }
+}
+"""The request body of a metrics write sent as a frame (``application/x-mldiag-columns``)."""
+
+
 def _json_body(model: type[BaseModel]) -> dict[str, Any]:
     """``openapi_extra`` declaring ``model`` as the JSON body, which the routes read by hand
     (gzip, byte limits, their own error codes); nested models are inlined, since a
-    ``#/$defs/...`` reference would point into the OpenAPI document, not the schema."""
+    ``#/$defs/...`` reference would point into the OpenAPI document, not the schema. A
+    metrics write also takes a columnar frame."""
     schema = model.model_json_schema()
     defs = schema.pop("$defs", {})
 
@@ -86,7 +101,9 @@ def _json_body(model: type[BaseModel]) -> dict[str, Any]:
             return [inline(item) for item in node]
         return node
 
-    content = {"application/json": {"schema": inline(schema)}}
+    content: dict[str, Any] = {"application/json": {"schema": inline(schema)}}
+    if model is WriteMetricsRequest:
+        content[columnar.CONTENT_TYPE] = _FRAME_BODY
     return {"requestBody": {"required": True, "content": content}}
 
 
@@ -136,10 +153,21 @@ async def write_metrics_short(request: Request, run_id: str) -> Response:
 
 async def _write_metrics(request: Request, run_id: str) -> Response:
     door = doors(request)
-    write = _parse_write(await _read_body(request, door.max_request_bytes))
-    result = await door.service.write_metrics(run_id, write, datetime.now(UTC))
+    raw = await _read_body(request, door.max_request_bytes)
+    # The content type picks the reader; a frame is also known by its magic (JSON never
+    # starts with MLDC), so a client that forgets the header is still understood.
+    if _media_type(request) == columnar.CONTENT_TYPE or columnar.is_frame(raw):
+        frame = parse_frame_write(raw)
+        result = await door.service.write_metric_frame(run_id, frame, datetime.now(UTC))
+    else:
+        write = _parse_write(raw)
+        result = await door.service.write_metrics(run_id, write, datetime.now(UTC))
     refuse_if_nothing_accepted(result)
     return ContractResponse(result, status_code=202)
+
+
+def _media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
 
 
 @_post(RUN_PATH + "/logs:write", 202, WriteLogsRequest, WriteLogsResponse)
@@ -252,13 +280,7 @@ def _parse_write(raw: bytes) -> WriteMetricsRequest:
     try:
         return WriteMetricsRequest.parse_keeping_good_series(raw or b"{}")
     except ValidationError as exc:
-        details, first = _problems(exc)
-        error: type[InvalidArgument] = InvalidBatch
-        if first["loc"][-1:] == ("name",) and first["type"] == "string_pattern_mismatch":
-            error = InvalidMetricName
-        elif first["type"] in ("too_many_labels", "invalid_label") or "labels" in first["loc"]:
-            error = InvalidLabels
-        raise error(f"the write request is not valid: {first['msg']}", details=details) from None
+        raise refused_write(exc) from None
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

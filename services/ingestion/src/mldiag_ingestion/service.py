@@ -1,9 +1,12 @@
 """Turning a validated write request into bus messages (no HTTP, no NATS client here)."""
 
 import uuid
-from collections.abc import Iterator
+from array import array
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
+import numpy as np
 import structlog
 from prometheus_client import Counter
 from pydantic import ValidationError
@@ -20,6 +23,7 @@ from mldiag_ingestion.errors import (
     TooManyLogLines,
     TooManyPoints,
 )
+from mldiag_ingestion.frames import Float64s, FrameWrite, Int64s, SeriesColumns
 from mldiag_platform.bus import MessagePublisher
 from mldiag_platform.errors import InvalidArgument
 from mldiag_schemas.ids import derived_id, has_nul, is_run_id
@@ -58,6 +62,9 @@ CHUNK_ID_NAMESPACE = uuid.UUID("a4c1d7a2-6f0e-4a9b-8f43-9f2b8f1c3d10")
 HEARTBEAT_ID_NAMESPACE = uuid.UUID("5b0e2f1c-8d3a-4e7b-9c61-2a4f6d8e0b13")
 SIGNAL_ID_NAMESPACE = uuid.UUID("c3e8a1d4-2b7f-4f60-a9d5-7e1b3c5f8a21")
 LOG_CHUNK_ID_NAMESPACE = uuid.UUID("6d2b9e4f-1a7c-4e35-8b0d-3f5a7c9e1b24")
+MAX_METRIC_MESSAGE_BYTES = 768 * 1024
+"""The most one :class:`MetricPointsReceived` frame may hold (estimated from its series'
+names and labels and 24 bytes a point): below NATS's default 1 MiB ``max_payload``."""
 MAX_LOG_MESSAGE_BYTES = 768 * 1024
 """The most JSON one :class:`LogLinesReceived` may hold: below NATS's default 1 MiB
 ``max_payload`` with room for headers. A batch that serialises larger (4 MB of text is
@@ -102,23 +109,55 @@ class IngestionService:
         _check_run_id(run_id)
         refused = list(request.refused_series)
         count = request.point_count() + sum(rejection.rejected_points for rejection in refused)
-        if count > self._max_points:
-            raise TooManyPoints(
-                f"{count} points in one request; the limit is {self._max_points}: split it"
-            )
-        self._check_label_sets(request)
+        self._check_limits(count, request.series)
         columns: list[MetricColumns] = []
         for index, series in zip(request.series_indexes(), request.series, strict=True):
             kept, rejections = self._columns(index, series, received_at)
             refused.extend(rejections)
             if kept.steps:
                 columns.append(kept)
+        return await self._publish(run_id, request.batch_id, columns, refused, received_at)
+
+    async def write_metric_frame(
+        self, run_id: str, write: FrameWrite, received_at: datetime
+    ) -> WriteMetricsResponse:
+        """:meth:`write_metrics` for a write sent as a binary frame: the same limits, the
+        same refusals (series and points, same codes and indexes), the same messages, with
+        the points checked and sliced in numpy rather than one Python object each."""
+        _check_run_id(run_id)
+        refused = list(write.refused)
+        self._check_limits(write.total_points, write.series)
+        latest = _micros(received_at + self._max_skew)
+        columns: list[MetricColumns] = []
+        for index, series, points in zip(write.indexes, write.series, write.columns, strict=True):
+            kept, rejections = self._frame_columns(index, series, points, latest)
+            refused.extend(rejections)
+            if kept is not None:
+                columns.append(kept)
+        return await self._publish(run_id, write.batch_id, columns, refused, received_at)
+
+    def _check_limits(self, count: int, series: Sequence[MetricSeries]) -> None:
+        if count > self._max_points:
+            raise TooManyPoints(
+                f"{count} points in one request; the limit is {self._max_points}: split it"
+            )
+        self._check_label_sets(series)
+
+    async def _publish(
+        self,
+        run_id: str,
+        batch_id: uuid.UUID | None,
+        columns: list[MetricColumns],
+        refused: list[RejectedPoints],
+        received_at: datetime,
+    ) -> WriteMetricsResponse:
+        """Publish the kept columns in chunks; the answer once JetStream has them all."""
         refused.sort(key=lambda rejection: rejection.series_index)
         accepted = sum(len(kept.steps) for kept in columns)
         rejected_points = sum(rejection.rejected_points for rejection in refused)
-        batch_id = request.batch_id or uuid.uuid4()
+        batch_id = batch_id or uuid.uuid4()
         messages = [
-            MetricPointsReceived(
+            MetricPointsReceived.model_construct(
                 # Derived ids: a client retrying with the same batch id publishes duplicates
                 # that JetStream drops and the registry ignores.
                 event_id=derived_id(CHUNK_ID_NAMESPACE, str(batch_id), str(index)),
@@ -273,10 +312,10 @@ class IngestionService:
             )
         return sent
 
-    def _check_label_sets(self, request: WriteMetricsRequest) -> None:
+    def _check_label_sets(self, request: Sequence[MetricSeries]) -> None:
         # The per-request half of the cardinality bound; the registry holds the per-run half.
         seen: dict[str, set[tuple[object, ...]]] = {}
-        for series in request.series:
+        for series in request:
             key = (series.host, series.process_index, *sorted(series.labels.items()))
             sets = seen.setdefault(series.name, set())
             sets.add(key)
@@ -327,6 +366,59 @@ class IngestionService:
         )
         return columns, rejections
 
+    def _frame_columns(
+        self, index: int, series: MetricSeries, points: SeriesColumns, latest: int
+    ) -> tuple[MetricColumns | None, list[RejectedPoints]]:
+        """A frame series' storable points (None: none) and the ones refused, by reason.
+
+        The JSON path's rules in numpy: a negative step is out of range (int64 cannot hold
+        one past PostgreSQL's bigint), then a time before the epoch, then one past receipt
+        plus the allowed skew; each point is refused for the first rule it breaks.
+        """
+        steps, values, times = points.steps, points.values, points.times
+        if not len(steps):
+            return None, []
+        clean = steps.min() >= 0 and (times is None or (times.min() >= 0 and times.max() <= latest))
+        if clean:
+            return self._frame_columns_of(series, steps, values, times), []
+        bad_step = steps < 0
+        masks = [("step_out_of_range", bad_step)]
+        broken = bad_step
+        if times is not None:
+            early = (times < MIN_TIME_US) & ~broken
+            broken = broken | early
+            late = (times > latest) & ~broken
+            broken = broken | late
+            masks += [("time_out_of_range", early), ("timestamp_in_future", late)]
+        rejections = [
+            self._rejection(index, series, code, np.flatnonzero(mask).tolist(), int(count))
+            for code, mask in masks
+            if (count := np.count_nonzero(mask))
+        ]
+        keep = ~broken
+        if not keep.any():
+            return None, rejections
+        kept = self._frame_columns_of(
+            series, steps[keep], values[keep], None if times is None else times[keep]
+        )
+        return kept, rejections
+
+    @staticmethod
+    def _frame_columns_of(
+        series: MetricSeries, steps: Int64s, values: Float64s, times: Int64s | None
+    ) -> MetricColumns:
+        # Checked here in numpy as the contract would: built without validating it again.
+        # array.array columns, as a reader of a frame gets them (one copy each).
+        return MetricColumns.model_construct(
+            name=series.name,
+            host=series.host,
+            process_index=series.process_index,
+            labels=series.labels,
+            steps=_array("q", steps),
+            values=_array("d", values),
+            times_unix_us=None if times is None else _array("q", times),
+        )
+
     @staticmethod
     def _columns_of(
         series: MetricSeries, steps: list[int], values: list[float], times: list[int] | None
@@ -342,7 +434,12 @@ class IngestionService:
         )
 
     def _rejection(
-        self, index: int, series: MetricSeries, code: str, points: list[int]
+        self,
+        index: int,
+        series: MetricSeries,
+        code: str,
+        points: list[int],
+        count: int | None = None,
     ) -> RejectedPoints:
         reason = {
             "step_out_of_range": f"steps must lie within 0 .. {MAX_STEP}",
@@ -354,7 +451,7 @@ class IngestionService:
             series_index=index,
             name=series.name,
             point_indexes=points[:MAX_LISTED_REJECTIONS],
-            rejected_points=len(points),
+            rejected_points=len(points) if count is None else count,
             code=code,
             reason=reason,
         )
@@ -462,15 +559,41 @@ def _micros(when: datetime) -> int:
     return (when - _EPOCH) // _MICROSECOND
 
 
+def _array(typecode: str, column: Int64s | Float64s) -> Any:
+    packed = array(typecode)
+    # numpy's stubs do not declare the buffer protocol its arrays implement
+    packed.frombytes(np.ascontiguousarray(column))  # type: ignore[arg-type]
+    return packed
+
+
+_POINT_BYTES = 24
+"""A point's bytes in a frame (step, value, time)."""
+
+
+def _meta_bytes(columns: MetricColumns) -> int:
+    """An upper bound of a series' header entry in a frame (JSON escapes a character of a
+    name, host or label into at most 6 bytes)."""
+    labels = sum(len(key) + len(value) for key, value in columns.labels.items())
+    return 6 * (len(columns.name) + len(columns.host) + labels) + 100 + 8 * len(columns.labels)
+
+
 def _chunks(series: list[MetricColumns], size: int) -> Iterator[list[MetricColumns]]:
-    """Split the series into messages of at most ``size`` points, slicing long series."""
+    """Split the series into messages of at most ``size`` points, slicing long series, and
+    of at most :data:`MAX_METRIC_MESSAGE_BYTES` (many small series of long names and labels
+    would otherwise make a message of 5,000 points larger than NATS takes)."""
     chunk: list[MetricColumns] = []
     room = size
+    budget = MAX_METRIC_MESSAGE_BYTES
     for columns in series:
         start = 0
         total = len(columns.steps)
+        meta = _meta_bytes(columns)
         while start < total:
-            take = min(room, total - start)
+            if chunk and meta + _POINT_BYTES > budget:
+                yield chunk
+                chunk, room, budget = [], size, MAX_METRIC_MESSAGE_BYTES
+            take = min(room, total - start, max((budget - meta) // _POINT_BYTES, 1))
+            budget -= meta + take * _POINT_BYTES
             end = start + take
             whole = start == 0 and end == total
             chunk.append(
@@ -488,8 +611,8 @@ def _chunks(series: list[MetricColumns], size: int) -> Iterator[list[MetricColum
             )
             start = end
             room -= take
-            if room == 0:
+            if room == 0 or budget < _POINT_BYTES:
                 yield chunk
-                chunk, room = [], size
+                chunk, room, budget = [], size, MAX_METRIC_MESSAGE_BYTES
     if chunk:
         yield chunk
