@@ -1,14 +1,20 @@
-"""``mldiag metrics``: read a run's metrics (list, latest, get)."""
+"""``mldiag metrics``: read a run's metrics (list, latest, get, export)."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
 
-from mldiag.api_client import JsonObject
+import httpx
+
+from mldiag.api_client import ApiUnreachable, JsonObject, RegistryClient
 from mldiag.cli.common import (
     Context,
     UsageError,
+    add_global_options,
     api_command_group,
     api_verb,
     positive,
@@ -18,6 +24,9 @@ from mldiag.cli.output import cell, labels_cell, render_table, short_time
 
 GROUP_BY = ("series", "host", "none")
 """How ``metrics get --buckets`` may split lines."""
+
+EXPORT_FORMATS = ("csv", "jsonl")
+"""What ``metrics export --format`` writes."""
 
 
 def add_metrics_commands(commands: Any) -> None:
@@ -49,6 +58,47 @@ def _add_metrics(verbs: Any, verb: Any) -> None:
     get.add_argument("--page-size", type=positive, help="raw points per page [10000]")
     get.add_argument("--page-token", default="", help="continue from a page")
     get.add_argument("--all", action="store_true", help="follow every page of raw points")
+
+    # built like api_verb's, but its own --format (the file's) takes the place of the output
+    # format's
+    options = argparse.ArgumentParser(add_help=False)
+    add_global_options(options, suppress=True)
+    export = verbs.add_parser(
+        "export",
+        parents=[options],
+        conflict_handler="resolve",
+        help="every point of a metric as CSV or JSON Lines",
+        description="Every point of every series of METRIC, in step order, written to stdout"
+        " (or --output) as it arrives, whatever the series' length. CSV: a header line, then"
+        " step,value,time,host,processIndex,labels; JSON Lines: one point object a line. NaN"
+        " and infinities are written NaN, Infinity, -Infinity; times are RFC 3339 in UTC.",
+    )
+    export.set_defaults(api_handler=_metrics_export)
+    export.add_argument("run", metavar="RUN", type=run_argument)
+    export.add_argument("metric", metavar="METRIC")
+    export.add_argument(
+        "--format",
+        dest="export_format",
+        choices=EXPORT_FORMATS,
+        default="csv",
+        help="the file's format [csv]",
+    )
+    export.add_argument("--start-step", type=_step, metavar="N", help="from this step on")
+    export.add_argument("--end-step", type=_step, metavar="N", help="up to this step")
+    export.add_argument(
+        "--output", "-o", type=Path, metavar="FILE", help="write to FILE instead of stdout"
+    )
+
+
+def _step(text: str) -> int:
+    """An argparse type: a step (an integer, 0 or more)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a step, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a step is 0 or more, got {value}")
+    return value
 
 
 def series_label(line: JsonObject) -> str:
@@ -172,4 +222,76 @@ def _metrics_get(ctx: Context, args: argparse.Namespace) -> int:
             points += answer.get("points", [])
         answer = {**answer, "points": points, "nextPageToken": ""}
     ctx.emit(answer, lambda: _points_table(answer))
+    return 0
+
+
+def export_chunks(
+    client: RegistryClient,
+    run_id: str,
+    metric: str,
+    export_format: str,
+    *,
+    start_step: int | None = None,
+    end_step: int | None = None,
+) -> Iterator[bytes]:
+    """The export's bytes as the registry streams them (``GET …/metrics:export``).
+
+    Raises the API's error (``run_not_found``, ``invalid_export_format`` …) before the first
+    byte, or :class:`~mldiag.api_client.ApiUnreachable`.
+    """
+    # The client has no streaming read of its own yet: this uses its connection, prefix and
+    # error reading (RegistryClient.export_metric is where it belongs).
+    params: dict[str, str | int] = {"metric": metric, "format": export_format}
+    if start_step is not None:
+        params["startStep"] = start_step
+    if end_step is not None:
+        params["endStep"] = end_step
+    path = f"{client._prefix}/machineLearningRuns/{run_id}/metrics:export"
+    http = client._http
+    timeout = httpx.Timeout(None, connect=http.timeout.connect)  # a big export takes a while
+    try:
+        with http.stream("GET", path, params=params, timeout=timeout) as response:
+            if response.status_code >= 400:
+                response.read()
+                raise client._error(response)
+            yield from response.iter_raw()
+    except httpx.TransportError as error:
+        detail = str(error) or type(error).__name__
+        raise ApiUnreachable(client.base_url, detail) from error
+
+
+def _write_all(chunks: Iterator[bytes], out: IO[bytes]) -> int:
+    written = 0
+    for chunk in chunks:
+        out.write(chunk)
+        written += len(chunk)
+    out.flush()
+    return written
+
+
+def _metrics_export(ctx: Context, args: argparse.Namespace) -> int:
+    if (
+        args.start_step is not None
+        and args.end_step is not None
+        and args.start_step > args.end_step
+    ):
+        raise UsageError("--start-step must not be greater than --end-step")
+    chunks = export_chunks(
+        ctx.client,
+        args.run,
+        args.metric,
+        args.export_format,
+        start_step=args.start_step,
+        end_step=args.end_step,
+    )
+    if args.output is None:
+        sys.stdout.flush()  # what was printed before goes first
+        _write_all(chunks, sys.stdout.buffer)
+        return 0
+    first = next(chunks, b"")  # an error is raised before the file is created
+    with args.output.open("wb") as out:
+        out.write(first)
+        written = len(first) + _write_all(chunks, out)
+    if not ctx.quiet:
+        print(f"wrote {written:,} bytes to {args.output}", file=sys.stderr)
     return 0
