@@ -1,8 +1,10 @@
 """The path of a point from ``log`` to ingestion: buffer → batches → spool → HTTP.
 
-- The **buffer** is a deque the training thread appends to (no lock, no I/O, no conversion).
-  It is bounded by ``max_buffered_points``: a caller that finds it full spills it to the
-  spool itself, paying the conversion and one disk write rather than losing points.
+- The **buffer** is a deque the training thread appends to (no lock, no I/O, no conversion),
+  or any number of threads at once: an append is atomic under the GIL, and the one counter
+  the callers update is written so that no increment is lost. It is bounded by
+  ``max_buffered_points``: a caller that finds it full spills one batch to the spool itself,
+  paying the conversion and one disk write rather than losing points.
 - The **collector** thread drains the buffer every ``flush_interval`` seconds, or as soon as
   ``batch_points`` are waiting, converts values to floats and appends each encoded batch to
   the spool (a write-ahead log, see :mod:`mldiag.spool`).
@@ -10,7 +12,8 @@
   earlier processes before this one's), acknowledging each once ingestion has stored it. A
   batch keeps its id across retries, so ingestion stores it once. An unreachable platform
   means exponential backoff while the spool grows on disk; a 4xx means a bad batch, written
-  to the dead-letter file and skipped.
+  to the dead-letter file and skipped. A spool that cannot write (a full disk) leaves its
+  batches waiting in memory, retried at each collect, up to 64 MiB.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ from mldiag.spool import BatchQueue, Record, Spool
 from mldiag.transport import MetricsWriter, Outcome, Result
 
 logger = logging.getLogger("mldiag")
+
+_MAX_UNSPOOLED_BYTES = 64 * 1024 * 1024
+"""Bytes of encoded batches kept in memory while the spool cannot write (the bound of
+:class:`mldiag.spool.MemoryQueue`, the spool of last resort)."""
 
 
 class Pipeline:
@@ -77,6 +84,11 @@ class Pipeline:
         self.sent_batches = 0
         self.dead_batches = 0
         self.spilled = 0
+        self.lost_batches = 0
+        """Batches dropped because neither the spool nor the memory bound could hold them."""
+        self._unspooled: collections.deque[bytes] = collections.deque()
+        self._unspooled_bytes = 0
+        self._spool_error: int | None = None  # refusals in the current episode; None: none
         self._collector = threading.Thread(
             target=self._collect_loop, name="mldiag-collector", daemon=True
         )
@@ -90,9 +102,17 @@ class Pipeline:
     # -- the training thread ------------------------------------------------------------
 
     def put(self, step: int, values: Mapping[str, Any], labels: Mapping[str, str] | None) -> None:
-        """Buffer one call: a tuple append and two integer updates (no lock, no I/O)."""
+        """Buffer one call: a tuple append and one integer update (no lock, no I/O).
+
+        Safe from any number of threads at once: the append is one C call (atomic under
+        the GIL), and the counter is only ever written here (see ``enqueued_points``).
+        """
+        points = len(values)
         self._buffer.append((step, time.time(), values, labels))
-        self.enqueued_points += len(values)
+        # ``points`` is computed first on purpose: between reading and storing the counter
+        # there is then no call, hence no point where the interpreter switches threads, so
+        # concurrent callers never lose each other's increments.
+        self.enqueued_points += points
         pending = self.enqueued_points - self._drained_points
         if pending >= self._batch_points:
             if pending > self._max_points:
@@ -103,13 +123,19 @@ class Pipeline:
     def _spill(self, pending: int) -> None:
         """The buffer is over its bound: spill one batch to the spool from this thread.
 
-        Back-pressure rather than loss. While the collector is busy draining, the caller
-        does not wait for it unless the buffer has reached twice its bound (a stuck
-        collector): that is the hard limit on memory.
+        Back-pressure rather than loss. While the collector (or another caller) is busy
+        draining, the caller does not wait for it unless the buffer has reached twice its
+        bound (a stuck collector): that is the hard limit on memory. A caller that did wait
+        spills only if the buffer is still over its bound: with many threads logging, the
+        ones queued behind the lock would otherwise each spill a batch in turn, long after
+        the first spill brought the buffer back under its bound.
         """
-        if not self._collect_lock.acquire(blocking=pending > 2 * self._max_points):
+        waited = pending > 2 * self._max_points
+        if not self._collect_lock.acquire(blocking=waited):
             return
         try:
+            if waited and self.enqueued_points - self._drained_points <= self._max_points:
+                return
             self.spilled += 1
             self.collect(max_batches=1)
         finally:
@@ -123,6 +149,9 @@ class Pipeline:
         The lock is held for one batch at a time, so a caller spilling a full buffer waits
         for at most one batch of the collector's, and spills ``max_batches`` at most.
         """
+        if self._unspooled:
+            with self._collect_lock:
+                self._spool(None)
         appended = 0
         # Only what is buffered now: chasing calls that arrive meanwhile would cut the
         # stream into tiny batches.
@@ -136,13 +165,49 @@ class Pipeline:
                     entry = self._buffer.popleft()
                     entries.append(entry)
                     points += len(entry[2])
+                # Counted before encoding: these points have left the buffer whatever
+                # happens below, and a failure must not leave the bound believing otherwise
+                # (every later call would spill).
+                self._drained_points += points
                 batch = self._encoder.encode(entries) if entries else None
                 if batch is not None:
-                    self._queue.append(batch.body)
-                self._drained_points += points
+                    self._spool(batch.body)
             appended += 1
             with self._wake_sender:
                 self._wake_sender.notify_all()
+
+    def _spool(self, body: bytes | None) -> None:
+        """Append ``body`` to the spool after any batch it refused before, in order.
+
+        A spool that cannot write (a full disk, its directory gone) keeps nothing lost for
+        as long as memory allows: refused batches wait here and are retried at each
+        collect, up to ``_MAX_UNSPOOLED_BYTES``, past which the oldest is dropped (logged).
+        Called with the collect lock held.
+        """
+        if body is not None:
+            self._unspooled.append(body)
+            self._unspooled_bytes += len(body)
+        while self._unspooled:
+            try:
+                self._queue.append(self._unspooled[0])
+            except OSError as error:
+                self._refused(error)
+                return
+            self._unspooled_bytes -= len(self._unspooled.popleft())
+        if self._spool_error is not None:
+            logger.info("mldiag.spool.recovered after_batches=%d", self._spool_error)
+            self._spool_error = None
+
+    def _refused(self, error: OSError) -> None:
+        """The spool refused a batch: warn once per episode, keep memory bounded."""
+        if self._spool_error is None:
+            self._spool_error = 0
+            logger.error("mldiag.spool.append_failed error=%s (batches wait in memory)", error)
+        self._spool_error += 1
+        while self._unspooled_bytes > _MAX_UNSPOOLED_BYTES and len(self._unspooled) > 1:
+            self._unspooled_bytes -= len(self._unspooled.popleft())
+            self.lost_batches += 1
+            logger.error("mldiag.spool.batch_dropped lost_batches=%d", self.lost_batches)
 
     def _collect_loop(self) -> None:
         while not self._stopping.is_set():
@@ -259,13 +324,22 @@ class Pipeline:
         deadline = time.monotonic() + timeout
         self._guard(self.collect)
         while time.monotonic() < deadline:
-            if self._queue.pending_bytes() == 0 and not self._orphans and not self._buffer:
+            if self._drained():
                 return True
             with self._wake_sender:
                 self._wake_sender.notify_all()
             self._idle.wait(min(0.05, max(deadline - time.monotonic(), 0.0)))
             self._idle.clear()
-        return self._queue.pending_bytes() == 0 and not self._buffer
+        return self._drained()
+
+    def _drained(self) -> bool:
+        """Nothing buffered, nothing waiting for the spool, nothing spooled unsent."""
+        return (
+            not self._buffer
+            and not self._unspooled
+            and not self._orphans
+            and self._queue.pending_bytes() == 0
+        )
 
     def close(self, timeout: float) -> bool:
         """Send what can be sent within ``timeout``, stop the threads, close the spool.
@@ -282,7 +356,12 @@ class Pipeline:
         with self._wake_sender:
             self._wake_sender.notify_all()
         self._sender.join(max(self._remaining(), 0.0) + 0.2)
-        done = self._queue.pending_bytes() == 0
+        done = self._queue.pending_bytes() == 0 and not self._unspooled and not self._buffer
+        if self._unspooled:
+            logger.error(
+                "mldiag.spool.unwritten batches=%d (lost at exit: the spool refused them)",
+                len(self._unspooled),
+            )
         if not self._sender.is_alive():
             self._queue.close()
             for orphan in self._orphans:
