@@ -54,7 +54,21 @@ def test_corrupt_or_foreign_chunks_are_refused() -> None:
         chunks.decode(chunks.CODEC_RAW, data, 10)
 
 
-def test_chunks_start_per_series_and_every_size_points() -> None:
-    series = np.array([1] * 5 + [2] * 2 + [5] * 4, dtype=np.int64)
-    assert chunks.chunk_starts(series, 2).tolist() == [0, 2, 4, 5, 7, 9]
-    assert chunks.chunk_starts(np.empty(0, dtype=np.int64), 2).tolist() == []
+def test_chunks_start_per_series_every_size_points_and_on_the_grid_when_dense() -> None:
+    series = np.array([1] * 5 + [2] * 2 + [5] * 4 + [6] * 3, dtype=np.int64)
+    steps = np.array([3, 4, 5, 6, 7, 0, 9, 1, 100, 200, 300, 0, 1, 40], dtype=np.int64)
+    # dense (at least size / 8 points per cell of 2 steps): series 1 (5 points over 3 cells)
+    # and 2 (2 over 5) are cut on the grid; sparse: series 5 (4 over 151) and 6 (3 over 21)
+    # are cut every 2 points
+    got = chunks.chunk_starts(series, steps, 2, 2).tolist()
+    assert got == [0, 1, 3, 5, 6, 7, 9, 11, 13]
+    empty = np.empty(0, dtype=np.int64)
+    assert chunks.chunk_starts(empty, empty, 2, 2).tolist() == []
+
+
+def test_a_dense_series_gets_chunks_aligned_to_the_step_grid() -> None:
+    steps = np.arange(5_000, 20_000, dtype=np.int64)
+    starts = chunks.chunk_starts(np.zeros(len(steps), dtype=np.int64), steps, 4096, 4096)
+    assert steps[starts].tolist() == [5_000, 8_192, 12_288, 16_384]
+    every = chunks.chunk_starts(np.zeros(len(steps), dtype=np.int64), steps, 3000, 1024)
+    assert steps[every].tolist() == [5_000, *range(5_120, 20_000, 1_024)]

@@ -27,6 +27,7 @@ import itertools
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -39,45 +40,79 @@ CODEC_PLANES = 1
 CHUNK_POINTS = 4096
 """Points per chunk at most (a batch's points of one series give one or more chunks)."""
 
-_HEADER = struct.Struct("<BII")
+CHUNK_GRID = 1024
+"""A dense series' chunks are also cut at every multiple of this many steps: then the last
+step of any rollup bucket of 1024 steps or more (level 10 up: every chart of a series over
+1M steps) is a chunk's last step, whose time the chunk row keeps."""
+
+_HEADER = struct.Struct("<BIIBBqq")  # flags, n, deflated length, widths, first step, first time
 _LOW_PLANES_DEFLATED = 1
 _RAW_VALUE_PLANES = 6  # planes 0..5 of a little-endian float64: the low mantissa bytes
 _SAMPLE_BYTES = 512
+_WIDTHS = ((1, np.int8), (2, np.int16), (4, np.int32))
 
 
 class ChunkError(ValueError):
     """Bytes that are not a chunk of the codec they claim (a corrupt or foreign row)."""
 
 
-def _planes(column: npt.NDArray[np.int64] | npt.NDArray[np.float64]) -> npt.NDArray[np.uint8]:
-    """(8, n) bytes: row k holds byte k (little-endian) of every item."""
+def _narrow(deltas: npt.NDArray[np.int64]) -> tuple[int, npt.NDArray[np.uint8]]:
+    """The narrowest signed width holding every delta, and their byte planes at it."""
+    if len(deltas) == 0:
+        return 1, np.empty((1, 0), dtype=np.uint8)
+    low, high = int(deltas.min()), int(deltas.max())
+    for width, kind in _WIDTHS:
+        info = np.iinfo(kind)
+        if info.min <= low and high <= info.max:
+            return width, _planes(deltas.astype(np.dtype(kind).newbyteorder("<")), width)
+    return 8, _planes(deltas, 8)
+
+
+def _planes(
+    column: npt.NDArray[np.signedinteger[Any]] | npt.NDArray[np.float64], width: int = 8
+) -> npt.NDArray[np.uint8]:
+    """(width, n) bytes: row k holds byte k (little-endian) of every item."""
     little = np.ascontiguousarray(column, dtype=column.dtype.newbyteorder("<"))
-    return np.ascontiguousarray(little.view(np.uint8).reshape(-1, 8).T)
+    return np.ascontiguousarray(little.view(np.uint8).reshape(-1, width).T)
 
 
-def _unplane(planes: npt.NDArray[np.uint8], dtype: str) -> npt.NDArray[np.generic]:
-    return np.ascontiguousarray(planes.T).view(dtype).reshape(-1)
+def _widen(planes: npt.NDArray[np.uint8], width: int, first: int) -> Int64s:
+    """Deltas stored at ``width`` bytes back into the int64 column they came from."""
+    if width == 1:
+        deltas = planes.reshape(-1).view(np.int8)
+    else:
+        deltas = np.ascontiguousarray(planes.T).view(f"<i{width}").reshape(-1)
+    column = np.empty(len(deltas) + 1, dtype=np.int64)
+    column[0] = first
+    # wrapping sums are exact: the differences wrapped the same way
+    np.cumsum(deltas, dtype=np.int64, out=column[1:])
+    column[1:] += first
+    return column
 
 
 def encode(steps: Int64s, times_us: Int64s, values: Float64s) -> bytes:
     """One chunk's points (any order; it is kept) as ``CODEC_PLANES`` bytes."""
     count = len(steps)
-    # wrapping differences are exact: the cumulative sum wraps back to the same int64s
+    if count == 0:
+        return _HEADER.pack(0, 0, 0, 1, 1, 0, 0)
     with np.errstate(over="ignore"):
-        step_deltas = np.diff(steps, prepend=np.int64(0))
-        time_deltas = np.diff(times_us, prepend=np.int64(0))
-    value_planes = _planes(values.view(np.int64))
+        step_width, step_planes = _narrow(np.diff(steps))
+        time_width, time_planes = _narrow(np.diff(times_us))
+    value_planes = _planes(np.ascontiguousarray(values).view(np.int64))
     low = value_planes[:_RAW_VALUE_PLANES].tobytes()
     flags = 0
-    head = [_planes(step_deltas).tobytes(), _planes(time_deltas).tobytes()]
+    head = [step_planes.tobytes(), time_planes.tobytes()]
     head.append(value_planes[_RAW_VALUE_PLANES:].tobytes())
     sample = low[:_SAMPLE_BYTES]
-    if sample and len(zlib.compress(sample, 1)) < len(sample) * 3 // 4:
+    if len(zlib.compress(sample, 1)) < len(sample) * 3 // 4:
         flags |= _LOW_PLANES_DEFLATED
         head.append(low)
         low = b""
     deflated = zlib.compress(b"".join(head), 1)
-    return b"".join((_HEADER.pack(flags, count, len(deflated)), deflated, low))
+    header = _HEADER.pack(
+        flags, count, len(deflated), step_width, time_width, int(steps[0]), int(times_us[0])
+    )
+    return b"".join((header, deflated, low))
 
 
 def encode_raw(steps: Int64s, times_us: Int64s, values: Float64s) -> bytes:
@@ -113,38 +148,63 @@ def decode(codec: int, data: bytes, count: int) -> Points:
         )
     if codec != CODEC_PLANES:
         raise ChunkError(f"unknown chunk codec {codec}")
-    flags, stored, length = _HEADER.unpack_from(data)
+    if len(data) < _HEADER.size:
+        raise ChunkError("a chunk shorter than its header")
+    flags, stored, length, step_width, time_width, first_step, first_time = _HEADER.unpack_from(
+        data
+    )
     if stored != count:
         raise ChunkError(f"a chunk of {count} points says {stored}")
-    head = zlib.decompress(memoryview(data)[_HEADER.size : _HEADER.size + length])
+    if count == 0:
+        return Points(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64))
+    try:
+        head = zlib.decompress(memoryview(data)[_HEADER.size : _HEADER.size + length])
+    except zlib.error as error:
+        raise ChunkError(f"a chunk that does not inflate: {error}") from error
     planes = np.frombuffer(head, dtype=np.uint8)
+    deltas = count - 1
+    steps_end = step_width * deltas
+    times_end = steps_end + time_width * deltas
+    top_end = times_end + 2 * count
     if flags & _LOW_PLANES_DEFLATED:
-        low = planes[24 * count - _RAW_VALUE_PLANES * count :]
-        planes = planes[: 24 * count - _RAW_VALUE_PLANES * count]
+        low = planes[top_end:]
     else:
         low = np.frombuffer(data, dtype=np.uint8, offset=_HEADER.size + length)
-    if len(low) != _RAW_VALUE_PLANES * count or len(planes) != 18 * count:
+    if len(low) != _RAW_VALUE_PLANES * count or len(planes) < top_end:
         raise ChunkError("chunk planes do not match its point count")
-    steps = np.cumsum(_unplane(planes[: 8 * count].reshape(8, count), "<i8"), dtype=np.int64)
-    times = np.cumsum(
-        _unplane(planes[8 * count : 16 * count].reshape(8, count), "<i8"), dtype=np.int64
-    )
+    steps = _widen(planes[:steps_end].reshape(step_width, deltas), step_width, first_step)
+    times = _widen(planes[steps_end:times_end].reshape(time_width, deltas), time_width, first_time)
     value_planes = np.concatenate(
-        (low.reshape(_RAW_VALUE_PLANES, count), planes[16 * count :].reshape(2, count))
+        (low.reshape(_RAW_VALUE_PLANES, count), planes[times_end:top_end].reshape(2, count))
     )
-    values = _unplane(value_planes, "<f8").astype(np.float64, copy=False)
-    return Points(steps, times, values)
+    values = np.ascontiguousarray(value_planes.T).view("<f8").reshape(-1)
+    return Points(steps, times, values.astype(np.float64, copy=False))
 
 
-def chunk_starts(series_ids: Int64s, size: int = CHUNK_POINTS) -> Int64s:
-    """Where chunks begin in points sorted by series: a new one per series and every ``size``
-    points of a series."""
+def chunk_starts(
+    series_ids: Int64s, steps: Int64s, size: int = CHUNK_POINTS, grid: int = CHUNK_GRID
+) -> Int64s:
+    """Where chunks begin in points sorted by (series, step): a new one per series, every
+    ``size`` points, and, in a dense series, at every multiple of ``grid`` steps.
+
+    Aligned to the step grid, a dense series' chunks end where rollup buckets of ``grid``
+    steps and more end, so the point at a bucket's last step is a chunk's last point (its
+    time is kept beside the chunk: charts with times need no decoding). A sparse series
+    (fewer than ``grid / 8`` points per grid cell in the batch) is cut by count alone, or
+    its chunks would hold a handful of points each.
+    """
     total = len(series_ids)
     if total == 0:
         return np.empty(0, dtype=np.int64)
     series_starts = np.flatnonzero(np.diff(series_ids)) + 1
-    bounds = np.concatenate(([0], series_starts, [total]))
-    starts = [np.arange(low, high, size) for low, high in itertools.pairwise(bounds.tolist())]
+    bounds = np.concatenate(([0], series_starts, [total])).tolist()
+    starts: list[Int64s] = []
+    for low, high in itertools.pairwise(bounds):
+        cells = steps[low:high] // grid
+        segments = [low, high]
+        if (high - low) * 8 >= (int(cells[-1]) - int(cells[0]) + 1) * grid:
+            segments = [low, *(np.flatnonzero(np.diff(cells)) + 1 + low).tolist(), high]
+        starts.extend(np.arange(a, b, size) for a, b in itertools.pairwise(segments))
     return np.concatenate(starts).astype(np.int64)
 
 

@@ -47,6 +47,7 @@ _CHUNK_COLUMNS = (
     "first_step",
     "last_step",
     "point_count",
+    "last_time_us",
     "codec",
     "data",
 )
@@ -186,12 +187,14 @@ class MetricsRepository:
         schema: str,
         max_series_per_metric: int = MAX_LABEL_SETS_PER_METRIC,
         chunk_points: int = chunks.CHUNK_POINTS,
+        chunk_grid: int = chunks.CHUNK_GRID,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._pool = pool
         self._schema = schema
         self._max_series = max_series_per_metric
         self._chunk_points = chunk_points
+        self._chunk_grid = chunk_grid
         self._clock = clock
         # partitions known to exist: (project, first day); creating one is a round trip and
         # a lock on the parent, so it is done once per process and week
@@ -408,7 +411,7 @@ class MetricsRepository:
             c_steps, c_times, c_values = steps[by_time], times[by_time], values[by_time]
         else:
             c_steps, c_times, c_values = steps, times, values
-        starts = chunks.chunk_starts(series_ids, self._chunk_points)
+        starts = chunks.chunk_starts(series_ids, c_steps, self._chunk_points, self._chunk_grid)
         stops = np.append(starts[1:], len(steps))
         owner_of = {series_id: owners.get(p.key[0], "") for series_id, p in stored}
         records = []
@@ -422,6 +425,7 @@ class MetricsRepository:
                     int(c_steps[low]),
                     int(c_steps[high - 1]),
                     high - low,
+                    int(c_times[high - 1]),  # the latest time at the last step
                     chunks.CODEC_PLANES,
                     chunks.encode(c_steps[low:high], c_times[low:high], c_values[low:high]),
                 )
@@ -719,47 +723,67 @@ class MetricsRepository:
     ) -> dict[tuple[int, int], int]:
         """Time (µs) of the point at each (series id, step); the latest of a rewritten step.
 
-        Each distinct chunk holding a probed step is fetched and decoded once (one index
-        probe per pair finds them), so the cost follows the number of pairs, never the
-        series' length.
+        One index probe per pair lists the chunks that can hold its step. A chunk ending at
+        the step answers from its row (it keeps the latest time at its last step; a dense
+        series' chunks end where buckets of 1024 steps and more end); only chunks holding
+        the step inside are fetched, each once, and decoded. The cost follows the number
+        of pairs, never the series' length.
         """
         unique = list(dict.fromkeys(points))
         if not unique:
             return {}
-        rows = await self._pool.fetch(
-            "WITH keys AS (SELECT DISTINCT h.series_id, h.first_step, h.last_step"
-            " FROM unnest($1::bigint[], $2::bigint[]) AS q(series_id, step)"
-            " JOIN metric_series s ON s.series_id = q.series_id"
-            " CROSS JOIN LATERAL (SELECT k.series_id, k.first_step, k.last_step"
-            "  FROM metric_chunks k WHERE k.project = ANY($3::text[])"
-            "  AND k.series_id = q.series_id AND k.first_step <= q.step"
-            "  AND k.first_step >= q.step - s.chunk_span AND k.last_step >= q.step) AS h)"
-            " SELECT c.series_id, c.first_step, c.point_count, c.codec, c.data FROM keys"
-            " CROSS JOIN LATERAL (SELECT k.series_id, k.first_step, k.point_count, k.codec,"
-            "  k.data FROM metric_chunks k WHERE k.project = ANY($3::text[])"
-            "  AND k.series_id = keys.series_id AND k.first_step = keys.first_step"
-            "  AND k.last_step = keys.last_step) AS c",
-            [series_id for series_id, _ in unique],
-            [step for _, step in unique],
-            [project, ""] if project else [""],
-        )
-        found = [
-            _Chunk(r["series_id"], r["first_step"], r["point_count"], r["codec"], r["data"])
-            for r in rows
-        ]
-        block = _decode(found)
-        wanted: dict[int, list[int]] = {}
-        for series_id, step in unique:
-            wanted.setdefault(series_id, []).append(step)
-        times: dict[tuple[int, int], int] = {}
-        for series_id, steps in wanted.items():
-            hit = (block.series_ids == series_id) & np.isin(block.steps, steps)
-            for step, micros in zip(
-                block.steps[hit].tolist(), block.times_us[hit].tolist(), strict=True
-            ):
-                key = (series_id, step)
-                if micros > times.get(key, -1):
-                    times[key] = micros
+        projects = [project, ""] if project else [""]
+        async with self._pool.acquire() as conn:
+            hits = await conn.fetch(
+                # materialized: the probe's lower bound must reach the index condition
+                "WITH q AS MATERIALIZED (SELECT u.series_id, u.step,"
+                "  u.step - s.chunk_span AS low"
+                "  FROM unnest($1::bigint[], $2::bigint[]) AS u(series_id, step)"
+                "  JOIN metric_series s ON s.series_id = u.series_id)"
+                " SELECT q.series_id, q.step, h.first_step, h.last_step, h.last_time_us"
+                " FROM q CROSS JOIN LATERAL (SELECT k.first_step, k.last_step, k.last_time_us"
+                "  FROM metric_chunks k WHERE k.project = ANY($3::text[])"
+                "  AND k.series_id = q.series_id AND k.first_step BETWEEN q.low AND q.step"
+                "  AND k.last_step >= q.step) AS h",
+                [series_id for series_id, _ in unique],
+                [step for _, step in unique],
+                projects,
+            )
+            times: dict[tuple[int, int], int] = {}
+            inside: dict[tuple[int, int, int], list[int]] = {}
+            for hit in hits:
+                key = (hit["series_id"], hit["step"])
+                if hit["last_step"] == hit["step"]:
+                    times[key] = max(times.get(key, -1), hit["last_time_us"])
+                else:
+                    chunk = (hit["series_id"], hit["first_step"], hit["last_step"])
+                    inside.setdefault(chunk, []).append(hit["step"])
+            if inside:
+                keys = list(inside)
+                rows = await conn.fetch(
+                    "SELECT c.series_id, c.first_step, c.last_step, c.point_count, c.codec,"
+                    " c.data FROM unnest($1::bigint[], $2::bigint[], $3::bigint[])"
+                    " AS q(series_id, first_step, last_step)"
+                    " CROSS JOIN LATERAL (SELECT k.series_id, k.first_step, k.last_step,"
+                    "  k.point_count, k.codec, k.data FROM metric_chunks k"
+                    "  WHERE k.project = ANY($4::text[]) AND k.series_id = q.series_id"
+                    "  AND k.first_step = q.first_step AND k.last_step = q.last_step) AS c",
+                    [key[0] for key in keys],
+                    [key[1] for key in keys],
+                    [key[2] for key in keys],
+                    projects,
+                )
+                for row in rows:
+                    decoded = chunks.decode(row["codec"], row["data"], row["point_count"])
+                    steps = inside[row["series_id"], row["first_step"], row["last_step"]]
+                    hit_at = np.isin(decoded.steps, steps)
+                    for step, micros in zip(
+                        decoded.steps[hit_at].tolist(),
+                        decoded.times_us[hit_at].tolist(),
+                        strict=True,
+                    ):
+                        key = (row["series_id"], step)
+                        times[key] = max(times.get(key, -1), micros)
         return times
 
     async def expire_points(self, project: str, before_day: int) -> int:

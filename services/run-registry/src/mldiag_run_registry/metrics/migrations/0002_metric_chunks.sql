@@ -16,6 +16,8 @@ CREATE TABLE metric_chunks (
     first_step bigint NOT NULL,
     last_step bigint NOT NULL,
     point_count integer NOT NULL,
+    -- the latest time at last_step: a chart's bucket times without decoding the chunk
+    last_time_us bigint NOT NULL,
     codec smallint NOT NULL,
     data bytea NOT NULL
 ) PARTITION BY RANGE (project, stored_day);
@@ -65,9 +67,11 @@ END $$;
 -- order. Each string_agg sorts on its own: points tied on (step, time) have equal step and
 -- time bytes, so only their values' order is open, as it is for such ties in any read.
 INSERT INTO metric_chunks
-    (project, stored_day, series_id, first_step, last_step, point_count, codec, data)
+    (project, stored_day, series_id, first_step, last_step, point_count, last_time_us, codec,
+     data)
 SELECT project, floor(extract(epoch FROM now()) / 86400)::integer, series_id, min(step),
-       max(step), count(*)::integer, 0,
+       max(step), count(*)::integer,
+       (array_agg(time_us ORDER BY step DESC, time_us DESC))[1], 0,
        string_agg(int8send(step), ''::bytea ORDER BY step, time_us)
        || string_agg(int8send(time_us), ''::bytea ORDER BY step, time_us)
        || string_agg(float8send(value), ''::bytea ORDER BY step, time_us)
