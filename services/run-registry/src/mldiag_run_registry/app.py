@@ -219,7 +219,10 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             run_repository = RunRepository(pool, outbox, operations)
             runs = RunService(run_repository, outbox, artifacts_root=settings.storage.url)
             metrics = MetricsService(
-                MetricsRepository(pool, settings.db_schema), runs, run_repository
+                MetricsRepository(pool, settings.db_schema),
+                runs,
+                run_repository,
+                finder=run_repository,  # each run's project, for its points' partitions
             )
             events = EventsService(EventsRepository(pool), runs)
             logs = LogsService(LogsRepository(pool), runs)
