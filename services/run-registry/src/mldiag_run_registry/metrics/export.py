@@ -54,6 +54,9 @@ _MAX_TIME_US = 253_402_300_800_000_000
 """0001-… to 9999-12-31: the years a 4-digit RFC 3339 time can spell (µs since 1970)."""
 _MIN_TIME_US = -62_135_596_800_000_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_WIDEST_NUMBER = 24
+"""Characters of the longest number JSON can hold here (``-1.7976931348623157e+308``; an
+int64 takes 20)."""
 _DAY_US = 86_400_000_000
 
 
@@ -162,23 +165,24 @@ def _tokens(items: list[float] | list[int]) -> Bytes2D:
     count = len(items)
     if not count:
         return np.zeros((0, 1), np.uint8)
-    text = np.frombuffer(pydantic_core.to_json(items, inf_nan_mode="constants"), np.uint8)
-    text = text[1:-1]  # the list's brackets; numbers hold no comma, so commas split them
-    comma = text == ord(",")
+    # the list's JSON without its '[': numbers hold no comma, so commas split them; the NULs
+    # after it let every row read a whole width past its start
+    written = pydantic_core.to_json(items, inf_nan_mode="constants")
+    text = np.frombuffer(written[1:-1] + bytes(_WIDEST_NUMBER), np.uint8)
+    commas = np.flatnonzero(text == ord(","))
     starts = np.empty(count, np.int64)
     starts[0] = 0
-    starts[1:] = np.flatnonzero(comma) + 1
-    ends = np.empty(count, np.int64)
-    ends[:-1] = starts[1:] - 1
-    ends[-1] = len(text)
-    width = int((ends - starts).max())
-    # byte p of item i goes to row i, column p - starts[i] (i: the commas before p)
-    keep = ~comma
-    item = np.cumsum(comma)[keep]
-    target = np.flatnonzero(keep) + (np.arange(count) * width - starts)[item]
-    out = np.zeros(count * width, np.uint8)
-    out[target] = text[keep]
-    return out.reshape(count, width)
+    starts[1:] = commas + 1
+    lengths = np.empty(count, np.int64)
+    lengths[:-1] = commas - starts[:-1]
+    lengths[-1] = len(written) - 2 - starts[-1]
+    width = int(lengths.max())
+    # column by column: one gather over the items per character position (fewer and
+    # cheaper passes than scattering every byte to its row)
+    out = np.empty((width, count), np.uint8)
+    for column in range(width):
+        out[column] = np.where(lengths > column, text[starts + column], 0)
+    return out.T
 
 
 def _constant(text: bytes, rows: int) -> Bytes2D:
