@@ -41,7 +41,7 @@ Expected run time on 2 CPUs: the defaults about 20 minutes (the 100M fill domina
 
 import argparse
 import asyncio
-import inspect
+import contextlib
 import json
 import logging
 import multiprocessing
@@ -104,6 +104,8 @@ BASE_US = 1_767_225_600_000_000
 STEP_US = 10_000
 """A training step every 10 ms."""
 ASSUMED_BYTES_PER_POINT = 64
+STALL_S = 60.0
+"""An ingest that commits nothing for this long has failed (the services' logs say why)."""
 TEAMS = ("vision", "nlp", "speech", "rl")
 PHASES = ("ACTIVE", "COMPLETED", "FAILED")
 RUN_LIST_FILTER = 'labels.team = "nlp" AND state = "STATE_COMPLETED"'
@@ -195,15 +197,11 @@ StoreCall = Callable[[list[MetricPointsReceived]], Awaitable[object]]
 
 
 def _store_call(repository: MetricsRepository) -> StoreCall:
-    """``store_messages`` as the repository of this checkout takes it: with the project of
-    each run where its signature names ``projects``, else the messages alone."""
-    parameters = inspect.signature(repository.store_messages).parameters
-    if "projects" not in parameters:
-        return repository.store_messages
-    method: Callable[..., Awaitable[object]] = repository.store_messages
+    """``store_messages`` with each run's project (every run here is in the default one)."""
 
     def call(messages: list[MetricPointsReceived]) -> Awaitable[object]:
-        return method(messages, {message.run_id: DEFAULT_PROJECT for message in messages})
+        projects = {message.run_id: DEFAULT_PROJECT for message in messages}
+        return repository.store_messages(messages, projects)
 
     return call
 
@@ -306,9 +304,16 @@ async def _ingest(
     cpu = [cpu_seconds(pid) for pid in pids]
     started = time.perf_counter()
     go.set()
-    while await _committed(conn) < target:
+    last, progressed = 0, time.perf_counter()
+    while (committed := await _committed(conn)) < target:
         if not any(proc.is_alive() for proc in procs) and any(p.exitcode for p in procs):
             raise RuntimeError("an ingest client failed")
+        if committed != last:
+            last, progressed = committed, time.perf_counter()
+        elif time.perf_counter() - progressed > STALL_S:
+            for proc in procs:
+                proc.kill()
+            raise RuntimeError(f"nothing committed for {STALL_S:.0f} s (see the services' logs)")
         await asyncio.sleep(0.02)
     elapsed = time.perf_counter() - started
     cpu = [cpu_seconds(pid) - before for pid, before in zip(pids, cpu, strict=True)]
@@ -608,6 +613,14 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
             await conn.close()
             await pool.close()
         _summary(rows, reference)
+    except Exception:
+        for log in ("registry.log", "ingestion.log"):
+            with contextlib.suppress(OSError):
+                tail = (tmp / log).read_text(errors="replace").splitlines()[-20:]
+                emit(f"--- last lines of {log}")
+                for line in tail:
+                    emit(line)
+        raise
     finally:
         await drop_database(SERVER, db_name)
         await drop_streams(NATS, namespace)
