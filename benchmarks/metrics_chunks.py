@@ -159,7 +159,8 @@ async def _copy_reference(pool: asyncpg.Pool, schema: str, points: int) -> tuple
 
 
 def _median_ms(samples: list[float]) -> str:
-    return f"{statistics.median(samples) * 1000:.2f}"
+    """The median, and the minimum (what the read costs on a quiet machine)."""
+    return f"{statistics.median(samples) * 1000:.2f} (min {min(samples) * 1000:.2f})"
 
 
 async def _timed(call: Callable[[], Awaitable[object]], repeat: int = 21) -> list[float]:
@@ -190,7 +191,8 @@ async def main() -> None:
 
     _emit(
         f"# benchmarks/metrics_chunks.py --points {args.points} --cpu-points"
-        f" {args.cpu_points} --chunk-sizes {args.chunk_sizes}; {os.cpu_count()} CPUs"
+        f" {args.cpu_points} --chunk-sizes {args.chunk_sizes}; {os.cpu_count()} CPUs,"
+        f" load average {os.getloadavg()[0]:.1f}"
     )
     _emit(
         "| variant | store CPU µs/point | points/s (wall) |"

@@ -161,7 +161,7 @@ async def test_a_replayed_or_overlapping_batch_never_stores_twice(store: Store) 
     # a retry past JetStream's dedupe window can sit in one batch beside its original
     third = _message("run-a", _columns("loss", [5], [5.0]))
     assert await store.service.store([third, third]) == 1
-    assert await store.pool.fetchval("SELECT count(*) FROM metric_points") == 6
+    assert await store.pool.fetchval("SELECT sum(point_count) FROM metric_chunks") == 6
     fine = await store.pool.fetchrow(
         "SELECT sum(count) AS count, sum(nan_count) AS nan_count, sum(sum) AS sum"
         " FROM metric_rollups WHERE width_log2 = $1",

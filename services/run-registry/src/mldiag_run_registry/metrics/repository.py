@@ -536,7 +536,9 @@ class MetricsRepository:
         """
         low_step, after_id, after_time = after if after is not None else (-1, 0, 0)
         high_step = _MAX_INT64 if end_step is None else end_step
-        want = -(-limit // self._chunk_points) + 2
+        # a dense series' chunks hold a grid cell's points: ask for enough for the page, and
+        # a few more for the partial first chunk and the short ones at batch boundaries
+        want = -(-limit // min(self._chunk_points, self._chunk_grid)) + 4
         todo = list(dict.fromkeys(series_ids))
         done: list[PointBlock] = []
         while todo:
@@ -558,7 +560,7 @@ class MetricsRepository:
                         continue
                 done.append(block)
             todo = again
-            want *= 4
+            want *= 2
         return _first(_concat(done), limit)
 
     async def _chunks(
