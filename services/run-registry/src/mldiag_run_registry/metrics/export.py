@@ -18,7 +18,8 @@ hold NUL, so a host or label never contains one and the padding is all that is d
 import csv
 import io
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from functools import cache
@@ -106,51 +107,64 @@ def _clock() -> Bytes2D:
     return table
 
 
-def _integers(numbers: Int64s) -> Bytes2D:
-    """Non-negative integers in decimal, one per row (NUL-padded on the left)."""
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """A column of the text: its width, and how it writes its bytes into a (rows, width)
+    view of the block's matrix (every byte of it: NUL where the item is shorter)."""
+
+    width: int
+    fill: Callable[[Bytes2D], None]
+
+
+def _integers(numbers: Int64s) -> _Piece:
+    """Non-negative integers in decimal (NUL-padded on the left)."""
     if len(numbers) and int(numbers.min()) < 0:
         return _tokens(numbers.tolist())
     count = 1
     highest = int(numbers.max()) if len(numbers) else 0
     while count < 7 and highest >= 1000**count:
         count += 1
-    # the group holding the first significant digit; groups above it are left empty
-    top = np.zeros(len(numbers), np.int64)
-    for k in range(1, count):
-        top += numbers >= 1000**k
-    table = _groups()
-    out = np.empty((len(numbers), 3 * count), np.uint8)
-    for k in range(count):
-        group = numbers // 1000**k % 1000
-        row = np.where(k < top, group, np.where(k == top, group + 1000, 2000))
-        out[:, 3 * (count - 1 - k) : 3 * (count - k)] = table[row]
-    return out
+
+    def fill(view: Bytes2D) -> None:
+        # the group holding the first significant digit; groups above it are left empty
+        top = np.zeros(len(numbers), np.int64)
+        for k in range(1, count):
+            top += numbers >= 1000**k
+        table = _groups()
+        for k in range(count):
+            group = numbers // 1000**k % 1000
+            row = np.where(k < top, group, np.where(k == top, group + 1000, 2000))
+            view[:, 3 * (count - 1 - k) : 3 * (count - k)] = table[row]
+
+    return _Piece(3 * count, fill)
 
 
-def _times(micros: Int64s) -> Bytes2D:
-    """RFC 3339 UTC times, ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z`` (27 bytes a row)."""
+def _times(micros: Int64s) -> _Piece:
+    """RFC 3339 UTC times, ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z`` (27 bytes)."""
     if len(micros) and (int(micros.min()) < _MIN_TIME_US or int(micros.max()) >= _MAX_TIME_US):
         # outside 4-digit years: nothing pydantic could write either; say it plainly
         raise ValueError("a point's time is outside the years 1 to 9999")
-    days, within = np.divmod(micros, _DAY_US)
-    seconds, fraction = np.divmod(within, 1_000_000)
-    out = np.empty((len(micros), 27), np.uint8)
-    if len(micros):
-        first, last = int(days.min()), int(days.max())
-        if last - first < 4096:
-            dates = _dates(np.arange(first, last + 1, dtype=np.int64))
-            out[:, :10] = dates[days - first]
-        else:
-            unique, where = np.unique(days, return_inverse=True)
-            out[:, :10] = _dates(unique)[where]
-    digits = _groups()
-    out[:, 10:19] = _clock()[seconds]
-    out[:, 19] = ord(".")
-    out[:, 20:23] = digits[fraction // 1000]
-    out[:, 23:26] = digits[fraction % 1000]
-    out[:, 26] = ord("Z")
-    out[fraction == 0, 19:26] = 0
-    return out
+
+    def fill(view: Bytes2D) -> None:
+        days, within = np.divmod(micros, _DAY_US)
+        seconds, fraction = np.divmod(within, 1_000_000)
+        if len(micros):
+            first, last = int(days.min()), int(days.max())
+            if last - first < 4096:
+                dates = _dates(np.arange(first, last + 1, dtype=np.int64))
+                view[:, :10] = dates[days - first]
+            else:
+                unique, where = np.unique(days, return_inverse=True)
+                view[:, :10] = _dates(unique)[where]
+        digits = _groups()
+        view[:, 10:19] = _clock()[seconds]
+        view[:, 19] = ord(".")
+        view[:, 20:23] = digits[fraction // 1000]
+        view[:, 23:26] = digits[fraction % 1000]
+        view[:, 26] = ord("Z")
+        view[fraction == 0, 19:26] = 0
+
+    return _Piece(27, fill)
 
 
 def _dates(days: Int64s) -> Bytes2D:
@@ -159,12 +173,12 @@ def _dates(days: Int64s) -> Bytes2D:
     return text.view(np.uint8).reshape(len(days), 10)
 
 
-def _tokens(items: list[float] | list[int]) -> Bytes2D:
+def _tokens(items: list[float] | list[int]) -> _Piece:
     """Numbers as pydantic-core writes them in JSON (NaN and ±Inf as ``NaN``,
-    ``Infinity``, ``-Infinity``), one per row, NUL-padded on the right."""
+    ``Infinity``, ``-Infinity``), NUL-padded on the right."""
     count = len(items)
     if not count:
-        return np.zeros((0, 1), np.uint8)
+        return _Piece(0, lambda _view: None)
     # the list's JSON without its '[': numbers hold no comma, so commas split them; the NULs
     # after it let every row read a whole width past its start
     written = pydantic_core.to_json(items, inf_nan_mode="constants")
@@ -176,17 +190,28 @@ def _tokens(items: list[float] | list[int]) -> Bytes2D:
     lengths = np.empty(count, np.int64)
     lengths[:-1] = commas - starts[:-1]
     lengths[-1] = len(written) - 2 - starts[-1]
-    width = int(lengths.max())
-    # column by column: one gather over the items per character position (fewer and
-    # cheaper passes than scattering every byte to its row)
-    out = np.empty((width, count), np.uint8)
-    for column in range(width):
-        out[column] = np.where(lengths > column, text[starts + column], 0)
-    return out.T
+
+    shortest = int(lengths.min())
+
+    def fill(view: Bytes2D) -> None:
+        # column by column: one gather over the items per character position (fewer and
+        # cheaper passes than scattering every byte to its row); every item reaches the
+        # first `shortest` columns
+        for column in range(shortest):
+            view[:, column] = text[starts + column]
+        for column in range(shortest, view.shape[1]):
+            view[:, column] = np.where(lengths > column, text[starts + column], 0)
+
+    return _Piece(int(lengths.max()), fill)
 
 
-def _constant(text: bytes, rows: int) -> Bytes2D:
-    return np.broadcast_to(np.frombuffer(text, np.uint8), (rows, len(text)))
+def _constant(text: bytes) -> _Piece:
+    row = np.frombuffer(text, np.uint8)
+
+    def fill(view: Bytes2D) -> None:
+        view[:] = row
+
+    return _Piece(len(text), fill)
 
 
 def _table(pieces: Sequence[bytes]) -> Bytes2D:
@@ -195,20 +220,29 @@ def _table(pieces: Sequence[bytes]) -> Bytes2D:
     return np.array(pieces, dtype=f"S{max(width, 1)}").view(np.uint8).reshape(len(pieces), -1)
 
 
-def _per_series(block: PointBlock, pieces: Mapping[int, bytes], rows: int) -> Bytes2D:
+def _per_series(block: PointBlock, pieces: Mapping[int, bytes]) -> _Piece:
     """Each point's series piece (its host, process and labels as the format spells them)."""
     if len(pieces) == 1:
-        return _constant(next(iter(pieces.values())), rows)
+        return _constant(next(iter(pieces.values())))
     ids = np.fromiter(pieces, np.int64, len(pieces))
     order = np.argsort(ids)
     table = _table([pieces[int(series_id)] for series_id in ids[order]])
-    where = np.searchsorted(ids[order], block.series_ids)
-    return table[where]
+
+    def fill(view: Bytes2D) -> None:
+        view[:] = table[np.searchsorted(ids[order], block.series_ids)]
+
+    return _Piece(table.shape[1], fill)
 
 
-def _text(columns: Sequence[Bytes2D]) -> bytes:
-    """The columns side by side, row after row, without the NUL padding."""
-    flat: npt.NDArray[np.uint8] = np.hstack(columns).ravel()
+def _text(rows: int, pieces: Sequence[_Piece]) -> bytes:
+    """The pieces side by side, row after row, without the NUL padding: each writes its
+    columns of one matrix (no column is built apart and copied again)."""
+    matrix = np.empty((rows, sum(piece.width for piece in pieces)), np.uint8)
+    at = 0
+    for piece in pieces:
+        piece.fill(matrix[:, at : at + piece.width])
+        at += piece.width
+    flat = matrix.reshape(-1)
     text: bytes = flat[flat != 0].tobytes()
     return text
 
@@ -236,16 +270,17 @@ def _json_lines(block: PointBlock, series: Mapping[int, SeriesIdentity], end: by
         series_id: _json_suffix(identity).encode() + end for series_id, identity in series.items()
     }
     return _text(
+        rows,
         [
-            _constant(b'{"step":', rows),
+            _constant(b'{"step":'),
             _integers(block.steps),
-            _constant(b',"value":', rows),
+            _constant(b',"value":'),
             _tokens(block.values.tolist()),
-            _constant(b',"time":"', rows),
+            _constant(b',"time":"'),
             _times(block.times_us),
-            _constant(b'"', rows),
-            _per_series(block, tails, rows),
-        ]
+            _constant(b'"'),
+            _per_series(block, tails),
+        ],
     )
 
 
@@ -282,16 +317,17 @@ def csv_lines(block: PointBlock, series: Mapping[int, SeriesIdentity]) -> bytes:
     if not rows:
         return b""
     tails = {series_id: _csv_suffix(identity) for series_id, identity in series.items()}
-    comma = _constant(b",", rows)
+    comma = _constant(b",")
     return _text(
+        rows,
         [
             _integers(block.steps),
             comma,
             _tokens(block.values.tolist()),
             comma,
             _times(block.times_us),
-            _per_series(block, tails, rows),
-        ]
+            _per_series(block, tails),
+        ],
     )
 
 
