@@ -59,9 +59,9 @@ def test_chunks_start_per_series_every_size_points_and_on_the_grid_when_dense() 
     steps = np.array([3, 4, 5, 6, 7, 0, 9, 1, 100, 200, 300, 0, 1, 40], dtype=np.int64)
     # dense (at least size / 8 points per cell of 2 steps): series 1 (5 points over 3 cells)
     # and 2 (2 over 5) are cut on the grid; sparse: series 5 (4 over 151) and 6 (3 over 21)
-    # are cut every 2 points
+    # on a grid of 128 steps and every 2 points
     got = chunks.chunk_starts(series, steps, 2, 2).tolist()
-    assert got == [0, 1, 3, 5, 6, 7, 9, 11, 13]
+    assert got == [0, 1, 3, 5, 6, 7, 9, 10, 11, 13]
     empty = np.empty(0, dtype=np.int64)
     assert chunks.chunk_starts(empty, empty, 2, 2).tolist() == []
 
@@ -72,3 +72,9 @@ def test_a_dense_series_gets_chunks_aligned_to_the_step_grid() -> None:
     assert steps[starts].tolist() == [5_000, 8_192, 12_288, 16_384]
     every = chunks.chunk_starts(np.zeros(len(steps), dtype=np.int64), steps, 3000, 1024)
     assert steps[every].tolist() == [5_000, *range(5_120, 20_000, 1_024)]
+
+
+def test_a_sparse_series_spread_far_gets_chunks_of_bounded_span() -> None:
+    steps = np.array([10, 70_000, 70_001, 900_000, 50_000_000], dtype=np.int64)
+    starts = chunks.chunk_starts(np.zeros(5, dtype=np.int64), steps, 4096, 1024)
+    assert steps[starts].tolist() == [10, 70_000, 900_000, 50_000_000]

@@ -192,8 +192,10 @@ def chunk_starts(
     Aligned to the step grid, a dense series' chunks end where rollup buckets of ``grid``
     steps and more end, so the point at a bucket's last step is a chunk's last point (its
     time is kept beside the chunk: charts with times need no decoding). A sparse series
-    (fewer than ``grid / 8`` points per grid cell in the batch) is cut by count alone, or
-    its chunks would hold a handful of points each.
+    (fewer than ``grid / 8`` points per grid cell in the batch) is cut on a grid 64 times
+    wider, or its chunks would hold a handful of points each; that wider grid still bounds
+    every chunk's step span (a late write of a few points spread over a long series would
+    otherwise make one chunk span it all, and every read search that span).
     """
     total = len(series_ids)
     if total == 0:
@@ -203,9 +205,9 @@ def chunk_starts(
     starts: list[Int64s] = []
     for low, high in itertools.pairwise(bounds):
         cells = steps[low:high] // grid
-        segments = [low, high]
-        if (high - low) * 8 >= (int(cells[-1]) - int(cells[0]) + 1) * grid:
-            segments = [low, *(np.flatnonzero(np.diff(cells)) + 1 + low).tolist(), high]
+        if (high - low) * 8 < (int(cells[-1]) - int(cells[0]) + 1) * grid:
+            cells = steps[low:high] // (grid * 64)
+        segments = [low, *(np.flatnonzero(np.diff(cells)) + 1 + low).tolist(), high]
         starts.extend(np.arange(a, b, size) for a, b in itertools.pairwise(segments))
     return np.concatenate(starts).astype(np.int64)
 
