@@ -7,6 +7,7 @@ buckets and still touches N to 4N rows. Short ranges (fewer than 64 steps per re
 bucket) are aggregated from the raw points, which are then few.
 """
 
+import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -231,8 +232,10 @@ class MetricsService:
 
     async def list_metrics(self, project: str, location: str, run_id: str) -> ListMetricsResponse:
         """The metrics a run recorded."""
-        await self._runs.get_run(project, location, run_id)
-        rows = await self._repository.list_metrics(run_id)
+        # the run's check and the read overlap: one round trip of waiting, not two
+        _, rows = await asyncio.gather(
+            self._runs.get_run(project, location, run_id), self._repository.list_metrics(run_id)
+        )
         return ListMetricsResponse(
             metrics=[MetricSummary(name=n, point_count=c, last_step=s) for n, c, s in rows]
         )
@@ -268,7 +271,9 @@ class MetricsService:
     ) -> PointsPage:
         """A page of one metric's points (every series), in step order, as columns: the
         handler writes its JSON from them without an object per point."""
-        await self._runs.get_run(project, location, run_id)
+        _, series = await asyncio.gather(
+            self._runs.get_run(project, location, run_id), self._series(run_id, metric)
+        )
         size = page_size(requested_size, DEFAULT_POINTS_PAGE_SIZE, MAX_POINTS_PAGE_SIZE)
         after = None
         if page_token:
@@ -278,7 +283,6 @@ class MetricsService:
                 token_int(fields.get("i")),
                 token_int(fields.get("t")),
             )
-        series = await self._series(run_id, metric)
         block = await self._repository.read_points(project, list(series), size + 1, after)
         token = ""
         if len(block) > size:
