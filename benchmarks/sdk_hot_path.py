@@ -37,6 +37,7 @@ import json
 import multiprocessing
 import os
 import platform
+import re
 import socket
 import statistics
 import struct
@@ -60,11 +61,17 @@ FRAME_MAGIC = b"MLDC"
 _FRAME_PREFIX = struct.Struct("<4sBI")  # magic, version, header length
 
 
+_JSON_BATCH_ID = re.compile(rb'"batchId":"([^"]+)"')
+_JSON_STEPS = re.compile(rb'"steps":\[([^\]]*)\]')
+
+
 def count_batch(body: bytes, content_encoding: str) -> tuple[str, int]:
     """The batch id and the number of points of one ``metrics:write`` body.
 
-    Only what counting needs: a frame's JSON header (its series' ``count``), never its
-    columns; a JSON body is parsed by the C decoder and its ``steps`` lists are measured.
+    Only what counting needs, so that the server is never the bottleneck: a frame's JSON
+    header (its series' ``count``), never its columns; in a JSON body, the commas of each
+    ``steps`` list (integers only), found by a regular expression rather than by parsing
+    every value (a tenth of ``json.loads``' cost).
     """
     if content_encoding == "gzip":
         body = gzip.decompress(body)
@@ -72,11 +79,13 @@ def count_batch(body: bytes, content_encoding: str) -> tuple[str, int]:
         _, _, length = _FRAME_PREFIX.unpack_from(body)
         header = json.loads(body[_FRAME_PREFIX.size : _FRAME_PREFIX.size + length])
         points = sum(int(series["count"]) for series in header["series"])
-    else:
-        header = json.loads(body)
-        points = sum(len(series["steps"]) for series in header["series"])
-    # A frame's header may leave the id out (the bus's do); count it then, undeduped.
-    return str(header.get("batchId") or uuid.uuid4()), points
+        # A frame's header may leave the id out (the bus's do); count it then, undeduped.
+        return str(header.get("batchId") or uuid.uuid4()), points
+    found = _JSON_BATCH_ID.search(body)
+    if found is None:
+        return str(uuid.uuid4()), sum(len(s["steps"]) for s in json.loads(body)["series"])
+    steps = _JSON_STEPS.findall(body)
+    return found.group(1).decode(), sum(column.count(b",") + 1 for column in steps if column)
 
 
 def _serve_counts(port: int, ready: Event) -> None:
