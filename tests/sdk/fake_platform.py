@@ -8,6 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from mldiag.encoding import FRAME_CONTENT_TYPE, decode_body
 from support import free_port
 
 RUNS = "/v1/machineLearningRuns"
@@ -81,6 +82,8 @@ class FakePlatform:
 
             def _body(self) -> Any:
                 raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if self.headers.get("Content-Type") == FRAME_CONTENT_TYPE:
+                    return decode_body(raw)  # a columnar frame, gzipped or not
                 if self.headers.get("Content-Encoding") == "gzip":
                     raw = gzip.decompress(raw)
                 return json.loads(raw) if raw else {}

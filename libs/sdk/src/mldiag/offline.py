@@ -8,8 +8,9 @@ platform under ``<spool root>/offline/<run id>/``:
   monitoring overrides, project and location), how the run ended (``phase``,
   ``errorDetails``) once it did, and ``syncedTime`` once ``mldiag sync`` uploaded it.
 - ``<writer>/``, one per process: metric batches in the spool's segment format
-  (:mod:`mldiag.spool`), each the exact gzipped ``WriteMetricsRequest`` body the online SDK
-  would have posted, batch id included.
+  (:mod:`mldiag.spool`), each the exact ``metrics:write`` body the online SDK would have
+  posted, batch id included (a columnar frame; older SDKs spooled gzipped JSON, which sync
+  still sends as such: each body's first bytes say which it is).
 
 ``sync_run`` replays one such directory the way the online SDK would have sent it: create
 the run with its id (a 409 means it exists: attach), post the batches in order,
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import gzip
 import json
 import logging
 import os
@@ -40,7 +40,7 @@ import httpx
 
 from mldiag.config import Settings
 from mldiag.control import ControlStatus, HttpRunControl, RunPhase, RunSpec
-from mldiag.encoding import Encoder, Entry
+from mldiag.encoding import Encoder, Entry, decode_body, points_in
 from mldiag.spool import Spool, SpoolError
 from mldiag.transport import MetricsWriter, Outcome, client
 
@@ -305,8 +305,8 @@ def _writers(directory: Path) -> list[Path]:
 
 
 def _points(payload: bytes) -> int:
-    body = json.loads(gzip.decompress(payload))
-    return sum(len(series.get("values", [])) for series in body.get("series", []))
+    # A frame (this SDK) or gzipped JSON (an older one's spool): the body says which.
+    return points_in(payload)
 
 
 def _open(writer: Path, run_id: str) -> Spool:
@@ -457,7 +457,7 @@ def _dead_letter(directory: Path, payload: bytes, status: int, detail: str) -> N
         "time": _now(),
         "status": status,
         "detail": detail,
-        "request": json.loads(gzip.decompress(payload)),
+        "request": decode_body(payload),
     }
     with (directory / "dead-letter.jsonl").open("a") as out:
         out.write(json.dumps(line) + "\n")

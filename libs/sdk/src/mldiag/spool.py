@@ -7,8 +7,11 @@ the in-memory buffer, and a later process that opens the same directory replays 
 Layout, under ``<root>/<run id>/<writer>/``:
 
 - ``<seq:08d>.seg``: segments. Each record is ``MAGIC (2 bytes) · length (4, big-endian) ·
-  crc32 (4) · payload``; the payload is the gzipped JSON body of one write request. A torn
-  tail (a crash mid-write) fails its length or checksum and is ignored.
+  crc32 (4) · payload``; the payload is the body of one write request as it is posted: a
+  columnar frame (``MLDC...``), or gzipped JSON in segments an older SDK wrote. The sender
+  tells them apart by their first bytes (:func:`mldiag.encoding.content_headers`), so no
+  record needs a type of its own and old segments replay unchanged. A torn tail (a crash
+  mid-write) fails its length or checksum and is ignored.
 - ``<seq:08d>.pos``: how far that segment has been sent (8-byte offset), replaced atomically
   after each acknowledged record. A segment whose every record is sent is deleted.
 - ``lock``: held (``flock``) by the live writer, so two processes never append to one

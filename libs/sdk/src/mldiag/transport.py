@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from mldiag.encoding import content_headers
+
 logger = logging.getLogger("mldiag")
 
 # Not the batch's fault: a wrong token, a missing route (ingestion not deployed yet), a
@@ -49,13 +51,15 @@ def client(token: str, timeout: float, *, verify: ssl.SSLContext | bool = True) 
 
 
 def post_batch(http: httpx.Client, url: str, body: bytes, timeout: float | None = None) -> Result:
-    """POST one gzipped JSON batch to an ingestion write route (``metrics:write``,
-    ``logs:write``) and classify the answer; never raises."""
+    """POST one batch to an ingestion write route (``metrics:write``, ``logs:write``) and
+    classify the answer; never raises. The body's own bytes say what it is (a columnar
+    frame, gzipped or not, or gzipped JSON as logs and older SDKs' spools hold), and the
+    ``Content-Type`` and ``Content-Encoding`` headers follow."""
     try:
         response = http.post(
             url,
             content=body,
-            headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+            headers=content_headers(body),
             timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
         )
     except httpx.HTTPError as error:
@@ -70,7 +74,7 @@ def post_batch(http: httpx.Client, url: str, body: bytes, timeout: float | None 
 
 
 class MetricsWriter:
-    """Posts gzipped ``WriteMetricsRequest`` bodies to ingestion's ``metrics:write``."""
+    """Posts ``metrics:write`` bodies (frames; gzipped JSON from older spools) to ingestion."""
 
     def __init__(self, http: httpx.Client, ingestion_url: str) -> None:
         self._http = http
