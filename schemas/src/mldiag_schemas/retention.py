@@ -17,7 +17,7 @@ MAX_DAYS = 36_500
 """The longest period a policy accepts (a hundred years): longer is a typo, not a policy."""
 
 DEFAULT_DELETED_RUNS_DAYS = 30
-"""How long a deleted run stays restorable where nothing else was said."""
+"""How long a deleted run keeps its data where nothing else was said."""
 
 
 def _forever(days: int) -> float:
@@ -53,7 +53,8 @@ class RetentionPolicy(Contract):
         default=DEFAULT_DELETED_RUNS_DAYS,
         ge=0,
         le=MAX_DAYS,
-        description="Days a deleted run stays restorable before it is purged for good (its"
+        description="Days a deleted run (hidden from the API, its id taken) keeps its data"
+        " before it is purged for good (its"
         " metrics, events, analyses, logs, profiles, heartbeats, operations and the run);"
         " 0 keeps deleted runs forever.",
     )

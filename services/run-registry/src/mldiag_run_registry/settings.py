@@ -74,7 +74,7 @@ class RunRegistrySettings(BaseSettings):
     retention_deleted_runs_days: int = Field(
         default=DEFAULT_DELETED_RUNS_DAYS,
         ge=0,
-        description="Days a deleted run stays restorable before it is purged for good, in"
+        description="Days a deleted run keeps its data before it is purged for good, in"
         " projects whose retention policy does not say; 0 keeps deleted runs forever.",
     )
     console_dir: Path | None = Field(

@@ -102,7 +102,9 @@ def _add_runs(verbs: Any, verb: Any) -> None:
     update.add_argument("--phase", choices=PHASES, help="ACTIVE resumes an ended run")
     update.add_argument("--workload-id", help="the workload (needed to resume)")
 
-    delete = verb(verbs, "delete", _runs_delete, "delete a run (soft: its id stays taken)")
+    delete = verb(
+        verbs, "delete", _runs_delete, "delete a run (soft: its id stays taken until it is purged)"
+    )
     delete.add_argument("run", metavar="RUN", type=run_argument)
     delete.add_argument("--etag", default="", help="refuse if the run changed since this etag")
 

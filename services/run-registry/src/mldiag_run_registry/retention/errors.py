@@ -11,7 +11,7 @@ class InvalidRetentionPolicy(InvalidArgument):
 
 
 class RunNotDeleted(FailedPrecondition):
-    """Only a deleted run can be purged: delete it first (it stays restorable until purged).
+    """Only a deleted run can be purged: delete it first (its data stays until it is purged).
 
     A 400 rather than the platform's usual 409 for a failed precondition: nothing another
     caller did made it fail, the caller skipped a step (Google's FAILED_PRECONDITION is a

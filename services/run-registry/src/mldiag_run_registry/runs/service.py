@@ -4,7 +4,9 @@
 Lifecycle: a run is ACTIVE until it is set COMPLETED or FAILED (``endTime`` is set then).
 An ended run refuses updates except a resume: ``runPhase`` ACTIVE with the run's own
 ``workloadId`` (the same workload restarting). Deleting is soft: ``deleteTime`` is set, and
-the run and everything recorded against it stop being served (404), but its id stays taken.
+the run and everything recorded against it stop being served (404), but its id stays taken
+until the run is purged for good (retention/: after its project's ``deletedRunsDays``, or at
+once with ``:purge``).
 
 Every write returns a done :class:`Operation`, stored in the write's transaction, and its
 facts (RunCreated, RunUpdated, RunPhaseChanged, RunDeleted) go out through the outbox after
