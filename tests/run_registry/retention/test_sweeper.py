@@ -7,9 +7,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from conftest import ApiTokens
+from mldiag_platform.database import create_pool
+from mldiag_platform.settings import DatabaseSettings
+from mldiag_run_registry.app import create_app
 from mldiag_run_registry.retention.service import day_number
+from mldiag_schemas.auth import Role
+from run_registry.helpers import RegistrySettings
 from run_registry.retention.conftest import Retention
 from run_registry.retention.seeding import chunks_of, new_run, series_of, store_points
+from support import serving, wait_until
 
 pytestmark = pytest.mark.connected
 
@@ -143,3 +150,36 @@ async def test_one_replica_sweeps_at_a_time(retention: Retention) -> None:
     summary = await retention.sweeper.sweep(later)
     assert not summary.skipped
     assert summary.runs_purged == 1
+
+
+async def test_the_registry_sweeps_in_the_background(
+    registry_settings_with: RegistrySettings,
+    api_tokens: ApiTokens,
+    database_settings: DatabaseSettings,
+    db_schema: str,
+) -> None:
+    """The registry's own sweep, every retention_sweep_seconds: a run deleted longer ago than
+    its project's period disappears without anyone asking; a recent one stays."""
+    settings = registry_settings_with(retention_sweep_seconds=0.2)
+    async with serving(create_app(settings), api_tokens.headers(Role.ADMIN)) as api:
+        pool = await create_pool(database_settings, db_schema)
+        try:
+            policy = await api.patch(
+                "/v1/projects/p1/locations/local/retentionPolicy", json={"deletedRunsDays": 2}
+            )
+            assert policy.status_code == 200, policy.text
+            for run_id in ("old", "recent"):
+                body = {"runId": run_id, "displayName": run_id}
+                assert (await api.post(_runs("p1"), json=body)).status_code == 200
+                assert (await api.delete(f"{_runs('p1')}/{run_id}")).status_code == 200
+            await pool.execute(
+                "UPDATE runs SET delete_time = now() - interval '3 days' WHERE run_id = 'old'"
+            )
+
+            async def remaining() -> set[str]:
+                return {row["run_id"] for row in await pool.fetch("SELECT run_id FROM runs")}
+
+            left = await wait_until(remaining, lambda runs: "old" not in runs, timeout=10)
+            assert left == {"recent"}
+        finally:
+            await pool.close()
