@@ -15,6 +15,9 @@ binary frame) stored 40 per ``store_messages`` call, as the registry's consumer 
    point; beside them the reference: the same points COPY'd as rows (series, step, time,
    value) into a table shaped like the old ``metric_points`` with its (series, step, time)
    index, which is the raw-COPY limit and the old layout's size.
+   Then ``--live-points`` stored 50 points per batch (a live run's shape), bytes per point
+   as stored and after ``compact_chunks`` (then ``VACUUM FULL`` of chunks and rollups: the
+   space dead rows held, which autovacuum lets later writes reuse).
 2. ``--points`` stored at the default chunk size, then bytes per point:
    ``pg_total_relation_size`` (heap, TOAST, indexes) of ``metric_chunks`` (all partitions),
    ``metric_rollups``, ``metric_series`` and ``metric_messages``, over the points stored;
@@ -67,12 +70,15 @@ def _loss(rng: np.random.Generator, first: int, count: int) -> tuple[np.ndarray,
     return steps, times, values
 
 
-def _batches(points: int, seed: int = 1) -> Iterator[list[MetricPointsReceived]]:
-    """Messages of one series, 40 at a time (columns built without a per-point step)."""
-    rng = np.random.default_rng(seed)
+def _batches(
+    points: int, per_message: int = PER_MESSAGE, per_call: int = MESSAGES_PER_CALL
+) -> Iterator[list[MetricPointsReceived]]:
+    """Messages of one series, ``per_call`` at a time (columns built without a per-point
+    step)."""
+    rng = np.random.default_rng(1)
     batch: list[MetricPointsReceived] = []
-    for first in range(0, points, PER_MESSAGE):
-        steps, times, values = _loss(rng, first, min(PER_MESSAGE, points - first))
+    for first in range(0, points, per_message):
+        steps, times, values = _loss(rng, first, min(per_message, points - first))
         # array.array columns, as a binary frame is read (typed as lists in the model)
         arrays: dict[str, Any] = {
             "steps": array("q", steps.tobytes()),
@@ -85,7 +91,7 @@ def _batches(points: int, seed: int = 1) -> Iterator[list[MetricPointsReceived]]
         batch.append(
             MetricPointsReceived(run_id="bench", batch_id=uuid.uuid4(), chunk=0, series=[columns])
         )
-        if len(batch) == MESSAGES_PER_CALL:
+        if len(batch) == per_call:
             yield batch
             batch = []
     if batch:
@@ -106,10 +112,15 @@ async def _schema(pool_for: Callable[[str], Awaitable[asyncpg.Pool]]) -> tuple[a
     return pool, schema
 
 
-async def _store(repository: MetricsRepository, points: int) -> tuple[float, float]:
+async def _store(
+    repository: MetricsRepository,
+    points: int,
+    per_message: int = PER_MESSAGE,
+    per_call: int = MESSAGES_PER_CALL,
+) -> tuple[float, float]:
     """(CPU seconds, wall seconds) of storing ``points``, message building left out."""
     cpu = wall = 0.0
-    for batch in _batches(points):
+    for batch in _batches(points, per_message, per_call):
         c0, w0 = time.process_time(), time.perf_counter()
         await repository.store_messages(batch, {"bench": "bench-project"})
         cpu += time.process_time() - c0
@@ -177,6 +188,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--points", type=int, default=10_000_000)
     parser.add_argument("--cpu-points", type=int, default=1_600_000)
+    parser.add_argument("--live-points", type=int, default=200_000)
     parser.add_argument(
         "--chunk-sizes",
         default="4096/1024,4096/4096,16384/16384,1024/1024",
@@ -226,8 +238,38 @@ async def main() -> None:
             await pool.execute(f"DROP SCHEMA {schema} CASCADE")
             await pool.close()
 
-    _emit()
-    await _big(pool_for, args.points)
+    if args.live_points:
+        await _live(pool_for, args.live_points)
+    if args.points:
+        _emit()
+        await _big(pool_for, args.points)
+
+
+async def _live(pool_for: Callable[[str], Awaitable[asyncpg.Pool]], points: int) -> None:
+    """A live run's shape: 50 points of the series per batch, one message per call; bytes
+    per point as stored, then after ``compact_chunks``."""
+    pool, schema = await _schema(pool_for)
+    try:
+        repository = MetricsRepository(pool, schema)
+        cpu, wall = await _store(repository, points, per_message=50, per_call=1)
+        await pool.execute("VACUUM ANALYZE metric_chunks, metric_rollups, metric_series")
+        stored = sum((await _bytes(pool, schema)).values()) / points
+        started = time.perf_counter()
+        merged = await repository.compact_chunks("bench-project", series_limit=1_000_000)
+        took = time.perf_counter() - started
+        await pool.execute("VACUUM FULL metric_chunks, metric_rollups")
+        sizes = await _bytes(pool, schema)
+        compacted = sum(sizes.values()) / points
+        parts = ", ".join(f"{name} {n / points:.2f}" for name, n in sorted(sizes.items()))
+        _emit(
+            f"| store_messages, 50 points per series and batch ({points:,} points) |"
+            f" {cpu / points * 1e6:.2f} | {points / wall:,.0f} |"
+            f" {stored:.2f}; {compacted:.2f} after compact_chunks ({merged:,} chunks merged"
+            f" in {took:.1f} s) and VACUUM FULL: {parts} |"
+        )
+    finally:
+        await pool.execute(f"DROP SCHEMA {schema} CASCADE")
+        await pool.close()
 
 
 async def _big(pool_for: Callable[[str], Awaitable[asyncpg.Pool]], points: int) -> None:

@@ -403,3 +403,59 @@ async def test_purging_a_run_removes_all_its_metric_rows_and_nothing_else(store:
         range(120)
     )
     assert await store.repository.purge_run("run-a") == 0
+
+
+async def test_compaction_merges_small_chunks_without_changing_a_point(store: Store) -> None:
+    week = DAY - DAY % 7
+    rng = random.Random(4)
+    for day, first in ((week, 0), (week + 1, 500), (week + 8, 1_000)):  # two partitions
+        store.clock.day = day
+        for start in range(first, first + 500, 10):  # a live run: ten steps per batch
+            steps = list(range(start, start + 10))
+            if start == first + 250:
+                steps = [rng.randrange(0, 1_500) for _ in range(10)]  # a late, unordered write
+            columns = MetricColumns(
+                name="loss",
+                steps=steps,
+                values=[rng.gauss(0, 1) for _ in steps],
+                # distinct times: a keyset page cannot split points equal in (step, time)
+                times_unix_us=[BASE_US + day * 10_000 + start + i for i in range(10)],
+            )
+            await store.repository.store_messages([_message("run-a", columns)], {"run-a": "p1"})
+    other = MetricColumns(name="loss", steps=[1, 2], values=[1.0, 2.0])
+    for _ in range(2):
+        await store.repository.store_messages([_message("run-b", other)], {"run-b": "p2"})
+    series = [r["series_id"] for r in await store.pool.fetch("SELECT series_id FROM metric_series")]
+    before = await store.repository.read_points("p1", series, 10_000, None)
+    chunks_before = await store.pool.fetchval("SELECT count(*) FROM metric_chunks")
+    days_before = await store.pool.fetch(
+        "SELECT DISTINCT stored_day - stored_day % 7 AS week FROM metric_chunks ORDER BY 1"
+    )
+
+    merged = await store.repository.compact_chunks("p1", small=256)
+    assert merged > 100
+    assert await store.pool.fetchval("SELECT count(*) FROM metric_chunks") == chunks_before - merged
+    after = await store.repository.read_points("p1", series, 10_000, None)
+    assert _points(after) == _points(before)
+    assert len(after) == 1_500
+    # chunks stay in their partition (week), and other projects are left alone
+    days_after = await store.pool.fetch(
+        "SELECT DISTINCT stored_day - stored_day % 7 AS week FROM metric_chunks ORDER BY 1"
+    )
+    assert days_after == days_before
+    assert await store.pool.fetchval("SELECT count(*) FROM metric_chunks WHERE project = 'p2'") == 2
+    assert await store.repository.compact_chunks("p1", small=256) == 0
+    # pages across the rewritten chunks still find every point, one at a time too
+    got: list[Point] = []
+    after_position = None
+    while True:
+        block = await store.repository.read_points("p1", series, 97, after_position)
+        got.extend(_points(block))
+        if len(block) < 97:
+            break
+        after_position = (
+            int(block.steps[-1]),
+            int(block.series_ids[-1]),
+            int(block.times_us[-1]),
+        )
+    assert got == _points(before)

@@ -411,28 +411,12 @@ class MetricsRepository:
             c_steps, c_times, c_values = steps[by_time], times[by_time], values[by_time]
         else:
             c_steps, c_times, c_values = steps, times, values
-        starts = chunks.chunk_starts(series_ids, c_steps, self._chunk_points, self._chunk_grid)
-        stops = np.append(starts[1:], len(steps))
         owner_of = {series_id: owners.get(p.key[0], "") for series_id, p in stored}
-        records = []
-        for low, high in zip(starts.tolist(), stops.tolist(), strict=True):
-            series_id = int(series_ids[low])
-            records.append(
-                (
-                    owner_of[series_id],
-                    day,
-                    series_id,
-                    int(c_steps[low]),
-                    int(c_steps[high - 1]),
-                    high - low,
-                    int(c_times[high - 1]),  # the latest time at the last step
-                    chunks.CODEC_PLANES,
-                    chunks.encode(c_steps[low:high], c_times[low:high], c_values[low:high]),
-                )
-            )
+        records = self._chunk_records(owner_of, day, series_ids, c_steps, c_times, c_values)
         # the widest chunk of each series bounds the index range a read searches
-        spans = c_steps[stops - 1] - c_steps[starts]
-        widest = np.maximum.reduceat(spans, np.searchsorted(starts, series_starts))
+        spans: dict[int, int] = {}
+        for record in records:
+            spans[record[2]] = max(spans.get(record[2], 0), record[4] - record[3])
         stats = [
             [sid for sid, _ in stored],
             counts.tolist(),
@@ -440,7 +424,7 @@ class MetricsRepository:
             steps[series_ends].tolist(),
             values[series_ends].tolist(),
             times[series_ends].tolist(),
-            widest.tolist(),
+            [spans[sid] for sid, _ in stored],
         ]
         # Lock the batch's series first, in id order: a replica writing the same series
         # waits here, so each rollup merge sees every committed point of its buckets.
@@ -454,6 +438,36 @@ class MetricsRepository:
             "metric_chunks", records=records, columns=_CHUNK_COLUMNS, schema_name=self._schema
         )
         await conn.execute(_ROLLUP_MERGE_SQL, *rollups.merge_arguments())
+
+    def _chunk_records(
+        self,
+        owner_of: Mapping[int, str],
+        day: int,
+        series_ids: Int64s,
+        steps: Int64s,
+        times: Int64s,
+        values: Float64s,
+    ) -> list[tuple[str, int, int, int, int, int, int, int, bytes]]:
+        """COPY rows of the chunks of points sorted by (series, step, time)."""
+        starts = chunks.chunk_starts(series_ids, steps, self._chunk_points, self._chunk_grid)
+        stops = np.append(starts[1:], len(steps))
+        records = []
+        for low, high in zip(starts.tolist(), stops.tolist(), strict=True):
+            series_id = int(series_ids[low])
+            records.append(
+                (
+                    owner_of[series_id],
+                    day,
+                    series_id,
+                    int(steps[low]),
+                    int(steps[high - 1]),
+                    high - low,
+                    int(times[high - 1]),  # the latest time at the last step
+                    chunks.CODEC_PLANES,
+                    chunks.encode(steps[low:high], times[low:high], values[low:high]),
+                )
+            )
+        return records
 
     async def list_series(self, run_ids: Sequence[str], metric: str | None) -> list[SeriesRow]:
         """The series of the runs (of one metric, or all), by run, metric and identity."""
@@ -787,6 +801,86 @@ class MetricsRepository:
                         key = (row["series_id"], step)
                         times[key] = max(times.get(key, -1), micros)
         return times
+
+    async def compact_chunks(
+        self, project: str, small: int = 256, series_limit: int = 1_000
+    ) -> int:
+        """Merge each series' small chunks (fewer than ``small`` points) within one partition
+        into full ones; return how many chunks were merged away.
+
+        Live training runs send a few steps per series per batch, and each batch's points
+        become chunks of their own: ~100 bytes of row and index per chunk then outweigh the
+        points. Run in the background (a sweep): every (series, week) with two or more small
+        chunks, up to ``series_limit`` of them, is rewritten in its own transaction under the
+        series' row lock (writers and other compactors of the series wait), so readers see
+        the old chunks or the new, never both. The new chunks stay in the partition (their
+        day is the latest of the merged ones), so retention drops them with their week.
+        """
+        groups = await self._pool.fetch(
+            "SELECT series_id, stored_day - stored_day % $3 AS first_day FROM metric_chunks"
+            " WHERE project = $1 AND point_count < $2"
+            " GROUP BY 1, 2 HAVING count(*) > 1 ORDER BY 1, 2 LIMIT $4",
+            project,
+            small,
+            PARTITION_DAYS,
+            series_limit,
+        )
+        merged = 0
+        for group in groups:
+            async with self._pool.acquire() as conn, conn.transaction():
+                await conn.execute(
+                    "SELECT 1 FROM metric_series WHERE series_id = $1 FOR UPDATE",
+                    group["series_id"],
+                )
+                gone = await conn.fetch(
+                    "DELETE FROM metric_chunks WHERE project = $1 AND series_id = $2"
+                    " AND stored_day >= $3 AND stored_day < $3 + $4 AND point_count < $5"
+                    " RETURNING stored_day, series_id, first_step, point_count, codec, data",
+                    project,
+                    group["series_id"],
+                    group["first_day"],
+                    PARTITION_DAYS,
+                    small,
+                )
+                if len(gone) < 2:  # another compactor was first: put nothing back twice
+                    if gone:
+                        raise RuntimeError("a chunk vanished under the series lock")
+                    continue
+                block = _decode(
+                    [
+                        _Chunk(
+                            r["series_id"], r["first_step"], r["point_count"], r["codec"], r["data"]
+                        )
+                        for r in gone
+                    ]
+                )
+                order = np.lexsort((block.times_us, block.steps))
+                steps, times = block.steps[order], block.times_us[order]
+                values = block.values[order]
+                records = self._chunk_records(
+                    {group["series_id"]: project},
+                    max(r["stored_day"] for r in gone),
+                    block.series_ids[order],
+                    steps,
+                    times,
+                    values,
+                )
+                await conn.copy_records_to_table(
+                    "metric_chunks",
+                    records=records,
+                    columns=_CHUNK_COLUMNS,
+                    schema_name=self._schema,
+                )
+                await conn.execute(
+                    "UPDATE metric_series SET chunk_span = GREATEST(chunk_span, $2)"
+                    " WHERE series_id = $1",
+                    group["series_id"],
+                    max(record[4] - record[3] for record in records),
+                )
+                merged += len(gone) - len(records)
+        if merged:
+            log.info("metrics.chunks.compacted", project=project, chunks=merged)
+        return merged
 
     async def expire_points(self, project: str, before_day: int) -> int:
         """Drop every chunk partition of ``project`` whose days all lie before
