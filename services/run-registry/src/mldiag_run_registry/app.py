@@ -219,7 +219,8 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             run_repository = RunRepository(pool, outbox, operations)
             runs = RunService(run_repository, outbox, artifacts_root=settings.storage.url)
             metrics = MetricsService(
-                MetricsRepository(pool, settings.db_schema),
+                # one instance: goodput reads raw points through it too
+                metrics_repository := MetricsRepository(pool, settings.db_schema),
                 runs,
                 run_repository,
                 finder=run_repository,  # each run's project, for its points' partitions
@@ -227,7 +228,7 @@ def create_app(settings: RunRegistrySettings | None = None) -> FastAPI:
             events = EventsService(EventsRepository(pool), runs)
             logs = LogsService(LogsRepository(pool), runs)
             heartbeats = HeartbeatsService(HeartbeatsRepository(pool), runs)
-            goodput = GoodputService(GoodputRepository(pool), runs, events)
+            goodput = GoodputService(GoodputRepository(pool, metrics_repository), runs, events)
             monitoring = MonitoringService(MonitoringRepository(pool, outbox), outbox)
             profiles_repository = ProfilesRepository(pool, outbox, operations)
             profiles = ProfilesService(

@@ -1,13 +1,18 @@
-"""All SQL goodput reads: per-process totals of the time metrics (from the coarsest rollups),
-the start of the first step and the split of compilation around it (from raw points, a few
-rows: the first point of each step series, one point per compilation)."""
+"""Goodput's reads: per-process totals of the time metrics (SQL over the coarsest rollups),
+the start of the first step and the split of compilation around it (raw points through the
+metrics repository, which alone knows how they are stored: the first point of each step
+series, one point per compilation)."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import asyncpg
+import numpy as np
 
-from mldiag_run_registry.metrics.repository import ROLLUP_LEVELS
+from mldiag_run_registry.metrics.repository import ROLLUP_LEVELS, MetricsRepository
+
+_MAX_STEP_SECONDS = 1e9
+"""A first step's own duration is subtracted only when it is plausible (not NaN, ±Inf)."""
 
 
 @dataclass(frozen=True)
@@ -40,11 +45,21 @@ class CompileSplit:
     after: float
 
 
-class GoodputRepository:
-    """Reads over metric_series, metric_rollups and metric_points."""
+Process = tuple[str, int | None]
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+
+def _in_order(process: Process) -> tuple[str, bool, int]:
+    """(host, process index) with processes without an index last, as SQL orders NULLs."""
+    host, index = process
+    return host, index is None, index or 0
+
+
+class GoodputRepository:
+    """Reads over metric_series and metric_rollups, and raw points through ``metrics``."""
+
+    def __init__(self, pool: asyncpg.Pool, metrics: MetricsRepository) -> None:
         self._pool = pool
+        self._metrics = metrics
 
     async def process_totals(self, run_id: str, metrics: Sequence[str]) -> list[ProcessTotal]:
         """Sum and count of the non-NaN values of each metric per process (all its label
@@ -67,34 +82,42 @@ class GoodputRepository:
             if r["n"]
         ]
 
-    async def first_step_starts(self, run_id: str, metric: str) -> list[ProcessStart]:
+    async def first_step_starts(self, project: str, run_id: str, metric: str) -> list[ProcessStart]:
         """Per process, when its first step began: the time of its first point (lowest
         step, earliest time) minus that point's value in seconds."""
-        rows = await self._pool.fetch(
-            "SELECT s.host, s.process_index, min(p.time_us - CASE WHEN p.value BETWEEN 0"
-            " AND 1e9 THEN (p.value * 1e6)::bigint ELSE 0 END) AS start_us"
-            " FROM metric_series s CROSS JOIN LATERAL ("
-            "  SELECT time_us, value FROM metric_points WHERE series_id = s.series_id"
-            "  ORDER BY step, time_us LIMIT 1) p"
-            " WHERE s.run_id = $1 AND s.metric = $2"
-            " GROUP BY s.host, s.process_index ORDER BY s.host, s.process_index",
-            run_id,
-            metric,
-        )
-        return [ProcessStart(r["host"], r["process_index"], r["start_us"]) for r in rows]
+        starts: dict[Process, int] = {}
+        for series in await self._metrics.list_series([run_id], metric):
+            first = await self._metrics.read_points(project, [series.series_id], 1, None)
+            if not len(first):
+                continue
+            value = float(first.values[0])
+            took = round(value * 1e6) if 0 <= value <= _MAX_STEP_SECONDS else 0
+            start = int(first.times_us[0]) - took
+            process = (series.host, series.process_index)
+            starts[process] = min(starts.get(process, start), start)
+        return [
+            ProcessStart(host, index, starts[(host, index)])
+            for host, index in sorted(starts, key=_in_order)
+        ]
 
-    async def compile_split(self, run_id: str, metric: str, cutoff_us: int) -> list[CompileSplit]:
+    async def compile_split(
+        self, project: str, run_id: str, metric: str, cutoff_us: int
+    ) -> list[CompileSplit]:
         """Per process, the metric's non-NaN seconds recorded at or before ``cutoff_us`` and
         after it (compilations are one point each, so the raw points are few)."""
-        rows = await self._pool.fetch(
-            "SELECT s.host, s.process_index,"
-            " coalesce(sum(p.value) FILTER (WHERE p.time_us <= $3), 0) AS before,"
-            " coalesce(sum(p.value) FILTER (WHERE p.time_us > $3), 0) AS after"
-            " FROM metric_series s JOIN metric_points p ON p.series_id = s.series_id"
-            " WHERE s.run_id = $1 AND s.metric = $2 AND p.value <> 'NaN'"
-            " GROUP BY s.host, s.process_index ORDER BY s.host, s.process_index",
-            run_id,
-            metric,
-            cutoff_us,
-        )
-        return [CompileSplit(r["host"], r["process_index"], r["before"], r["after"]) for r in rows]
+        series = await self._metrics.list_series([run_id], metric)
+        process_of = {row.series_id: (row.host, row.process_index) for row in series}
+        split: dict[Process, list[float]] = {}
+        async for block in self._metrics.scan_points(project, list(process_of), None, None):
+            real = ~np.isnan(block.values)
+            early = real & (block.times_us <= cutoff_us)
+            late = real & (block.times_us > cutoff_us)
+            for series_id in np.unique(block.series_ids[real]).tolist():
+                mine = block.series_ids == series_id
+                sums = split.setdefault(process_of[series_id], [0.0, 0.0])
+                sums[0] += float(block.values[mine & early].sum())
+                sums[1] += float(block.values[mine & late].sum())
+        return [
+            CompileSplit(host, index, *split[(host, index)])
+            for host, index in sorted(split, key=_in_order)
+        ]

@@ -219,12 +219,12 @@ class GoodputService:
         def of(metric: str) -> Totals:
             return pick_reference([row for row in totals if row.metric == metric])
 
-        first_us = pick_start(await self._repository.first_step_starts(run_id, STEP_TIME))
+        first_us = pick_start(await self._repository.first_step_starts(project, run_id, STEP_TIME))
         compile_after = 0.0  # without steps, all compilation is before the first step
         if first_us is not None:
             # Compilation before the first step began is inside "before the first step".
             _, compile_after = pick_compile(
-                await self._repository.compile_split(run_id, COMPILE_TIME, first_us)
+                await self._repository.compile_split(project, run_id, COMPILE_TIME, first_us)
             )
         end = run.end_time or self._clock()
         inputs = Inputs(
