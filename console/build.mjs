@@ -1,8 +1,10 @@
 // Bundles the console into the run-registry's static directory (served at /console/).
 //   node build.mjs            one production build
 //   node build.mjs --watch    rebuild on every change (see dev.mjs for a server)
-import { copyFile, mkdir, readdir, rename, rm } from "node:fs/promises";
+import { createHash } from "node:crypto";
+import { copyFile, mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
+import { gzipSync } from "node:zlib";
 import { fileURLToPath } from "node:url";
 import * as esbuild from "esbuild";
 
@@ -21,6 +23,40 @@ async function copyRunbooks(dir) {
     if (name.endsWith(".md")) await copyFile(join(runbooks, name), join(dir, "runbooks", name));
   }
 }
+/** The first 16 hex digits of the SHA-256 of `bytes`: the `?v=` of an asset's URL. The registry
+ * computes the same (console/handlers.py) and lets browsers keep such a URL for good. */
+export function contentVersion(bytes) {
+  return createHash("sha256").update(bytes).digest("hex").slice(0, 16);
+}
+
+/**
+ * index.html as served: the early-reads script (src/prefetchboot.ts) inlined where the
+ * template says `<!-- prefetch -->`, and app.css / app.js referenced with their content's
+ * version, so a new build is fetched at once and an unchanged one never again.
+ */
+async function writeIndex(dir) {
+  const boot = await esbuild.build({
+    entryPoints: [join(here, "src", "prefetchboot.ts")],
+    bundle: true,
+    format: "iife",
+    target: ["es2022", "chrome110", "firefox115", "safari16"],
+    minify: true,
+    write: false,
+    legalComments: "none",
+  });
+  const script = boot.outputFiles[0].text.trim().replaceAll("</", "<\\/");
+  let html = await readFile(join(here, "index.html"), "utf8");
+  if (!html.includes("<!-- prefetch -->")) throw new Error("index.html lacks its <!-- prefetch --> placeholder");
+  html = html.replace("<!-- prefetch -->", () => `<script>${script}</script>`);
+  for (const name of ["app.css", "app.js"]) {
+    const bytes = await readFile(join(dir, name));
+    html = html.replace(`"${name}"`, `"${name}?v=${contentVersion(bytes)}"`);
+    // A gzipped copy, sent to browsers that take gzip (a third of the bytes over a network).
+    await writeFile(join(dir, `${name}.gz`), gzipSync(bytes, { level: 9 }));
+  }
+  await writeFile(join(dir, "index.html"), html);
+}
+
 export const outdir = join(
   here, "..", "services", "run-registry", "src", "mldiag_run_registry", "console", "static",
 );
@@ -42,7 +78,7 @@ const options = (dir) => ({
       setup(build) {
         build.onEnd(async (result) => {
           if (result.errors.length > 0) return;
-          await copyFile(join(here, "index.html"), join(dir, "index.html"));
+          await writeIndex(dir);
           await copyRunbooks(dir);
         });
       },

@@ -1,5 +1,7 @@
 // The API client: same-origin calls under /v1 with a bearer token, errors as ApiError.
 
+import { takePrefetched } from "./prefetch";
+
 /** An error answer of the API (`{"error": {"code", "message", "details"}}`) or a transport failure. */
 export class ApiError extends Error {
   constructor(
@@ -23,10 +25,7 @@ export function queryString(query: Query): string {
   return text ? `?${text}` : "";
 }
 
-/** Path segments may contain `/` (metric names); only encode what a URL path can't carry. */
-export function pathPart(value: string): string {
-  return value.split("/").map(encodeURIComponent).join("/");
-}
+export { pathPart } from "./paths";
 
 const SENTINELS: Record<string, number> = {
   "\u0000NaN": NaN,
@@ -113,7 +112,10 @@ export class Api {
       const init: RequestInit = { method, headers: this.headers(body === undefined ? {} : { "Content-Type": "application/json" }) };
       if (body !== undefined) init.body = JSON.stringify(body);
       if (signal) init.signal = signal;
-      response = await fetch(path, init);
+      // A read index.html's inline script already started (see prefetch.ts), else a fetch.
+      const early = method === "GET" && body === undefined ? takePrefetched(path, this.token) : null;
+      response = early ? await early.catch(() => fetch(path, init)) : await fetch(path, init);
+      signal?.throwIfAborted();
     } catch (error) {
       if (signal?.aborted) throw error;
       throw new ApiError(0, "unavailable", `the API did not answer (${String(error)})`);

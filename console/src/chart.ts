@@ -8,7 +8,7 @@ import uPlot from "uplot";
 
 import { isAbort } from "./api";
 import { csvFileName, toCsv } from "./csv";
-import { formatNumber, formatTick } from "./format";
+import { formatNumber, formatTicks } from "./format";
 import { h, replace } from "./h";
 import { decadeTicks, positiveOnly } from "./scales";
 import { smooth } from "./smoothing";
@@ -75,6 +75,12 @@ export function lineColor(index: number): string {
 
 let firstChartMarked = false;
 
+/** The x axis's tick spacings by step: 1, 2 and 5 times the powers of ten (whole steps only). */
+const STEP_INCREMENTS = Array.from({ length: 16 }, (_, power) => [1, 2, 5].map((m) => m * 10 ** power)).flat();
+
+/** A chart this close below (or above) the viewport loads as if in view. */
+const VISIBLE_MARGIN_PX = 300;
+
 const visible = new WeakMap<Element, () => void>();
 let observer: IntersectionObserver | null = null;
 
@@ -88,7 +94,7 @@ function whenVisible(el: Element, callback: () => void): () => void {
         visible.delete(entry.target);
       }
     },
-    { rootMargin: "300px 0px" },
+    { rootMargin: `${VISIBLE_MARGIN_PX}px 0px` },
   );
   visible.set(el, callback);
   observer.observe(el);
@@ -226,6 +232,8 @@ export class MetricChart {
   private look: Look;
   private loader: Loader;
   private started = false;
+  /** The lines in hand were read with times (even if none of their buckets has one). */
+  private timesRead = false;
   private controller: AbortController | null = null;
   private readonly refresher: Throttle;
   private zoomTimer: ReturnType<typeof setTimeout> | undefined;
@@ -249,7 +257,7 @@ export class MetricChart {
     const csv =
       options.csvName === undefined
         ? null
-        : h("button", { class: "link chart-csv", testid: "chart-csv", title: "Download the drawn points (raw, not smoothed) as CSV", onclick: () => this.downloadCsv() }, "CSV");
+        : h("button", { class: "link chart-csv", testid: "chart-csv", title: "Download the drawn points (raw, not smoothed) as CSV", onclick: () => void this.downloadCsv() }, "CSV");
     this.body = h("div", { class: "chart-body", style: `height:${this.height}px` });
     this.message = h("div", { class: "chart-message" }, "loading…");
     this.legend = h("div", { class: "chart-legend" });
@@ -279,6 +287,22 @@ export class MetricChart {
     else this.stopObserving = whenVisible(this.el, () => this.start());
   }
 
+  /**
+   * Load now if the chart is in (or near) view, without waiting for the visibility observer's
+   * next frame: a page that just placed its charts calls it (a first chart sooner).
+   */
+  startIfVisible(): void {
+    if (this.started || !this.el.isConnected || this.el.hidden) return;
+    const box = this.el.getBoundingClientRect();
+    const margin = VISIBLE_MARGIN_PX;
+    const inView =
+      box.bottom >= -margin && box.top <= innerHeight + margin && box.right >= 0 && box.left <= innerWidth && box.width > 0;
+    if (!inView) return;
+    this.stopObserving?.();
+    this.stopObserving = null;
+    this.start();
+  }
+
   /** Refetch what is shown (live updates): at most once a second, always a trailing one. */
   refresh(): void {
     if (this.started) this.refresher.trigger();
@@ -288,8 +312,7 @@ export class MetricChart {
     if (mode === this.xMode) return;
     this.xMode = mode;
     if (!this.started) return;
-    const hasTimes = this.lines.some((line) => line.buckets.some((b) => b.lastTime));
-    if (mode === "time" && !hasTimes) void this.load();
+    if (mode === "time" && !this.hasTimes()) void this.load();
     else this.draw();
   }
 
@@ -305,7 +328,10 @@ export class MetricChart {
     return toCsv(this.lines);
   }
 
-  private downloadCsv(): void {
+  private async downloadCsv(): Promise<void> {
+    // A chart by step reads without times (half the server's work); the CSV's time column
+    // needs them, so it reads what is shown again, with times, first.
+    if (!this.hasTimes()) await this.load(true);
     const url = URL.createObjectURL(new Blob([this.csv()], { type: "text/csv;charset=utf-8" }));
     const link = h("a", { href: url });
     link.download = csvFileName(this.options.csvName ?? "metric", this.options.metric);
@@ -351,7 +377,13 @@ export class MetricChart {
     return Math.max(200, Math.floor(this.body.clientWidth || this.el.clientWidth || 400));
   }
 
-  private async load(): Promise<void> {
+  /** Whether the lines in hand carry their buckets' times (a read with `withTimes`). */
+  private hasTimes(): boolean {
+    return this.timesRead || this.lines.some((line) => line.buckets.some((b) => b.lastTime));
+  }
+
+  /** Read what is shown (with times when by time, or when `withTimes`), then draw it. */
+  private async load(withTimes = false): Promise<void> {
     this.controller?.abort();
     const controller = new AbortController();
     this.controller = controller;
@@ -360,11 +392,12 @@ export class MetricChart {
       const lines = await this.loader({
         buckets: Math.min(2000, Math.max(50, Math.round(this.width()))),
         range: this.zoom,
-        withTimes: this.xMode === "time" || this.options.csvName !== undefined, // the CSV's time column
+        withTimes: withTimes || this.xMode === "time",
         signal: controller.signal,
       });
       if (controller.signal.aborted) return;
       this.lines = lines;
+      this.timesRead = withTimes || this.xMode === "time";
       this.draw();
     } catch (error) {
       if (isAbort(error) || controller.signal.aborted) return;
@@ -460,7 +493,9 @@ export class MetricChart {
           stroke: "#6b7280",
           grid: { stroke: "#eef0f3", width: 1 },
           ticks: { stroke: "#e5e7eb", width: 1 },
-          ...(time ? {} : { values: (_u: uPlot, splits: number[]) => splits.map(formatTick) }),
+          // Steps are whole numbers: no tick between two (a lone point at step 100 once got
+          // "99 99.5 100 101 101", 100.5 rounded to three digits).
+          ...(time ? {} : { values: (_u: uPlot, splits: number[]) => formatTicks(splits), incrs: STEP_INCREMENTS }),
           // Time labels (":38.500") are wider than step numbers: space them out.
           space: time ? 90 : 50,
           font: "11px system-ui, sans-serif",
@@ -469,7 +504,7 @@ export class MetricChart {
           stroke: "#6b7280",
           grid: { stroke: "#eef0f3", width: 1 },
           ticks: { stroke: "#e5e7eb", width: 1 },
-          values: (_u: uPlot, splits: number[]) => splits.map((tick) => formatTick(log ? 10 ** tick : tick)),
+          values: (_u: uPlot, splits: number[]) => formatTicks(splits.map((tick) => (log ? 10 ** tick : tick))),
           ...(log ? { splits: () => decades().ticks } : {}),
           size: 46,
           font: "11px system-ui, sans-serif",

@@ -46,20 +46,33 @@ export function formatNumber(value: number | null | undefined, digits = 4): stri
   return Number(value.toPrecision(digits)).toString();
 }
 
-/** Short tick labels: 1.2k, 3.4M, 5e-5. */
-export function formatTick(value: number): string {
+/** Short tick labels: 1.2k, 3.4M, 5e-5 (`precision` significant digits, 3 by default). */
+export function formatTick(value: number, precision = 3): string {
   const abs = Math.abs(value);
   if (abs === 0) return "0";
-  if (abs >= 1e12) return value.toExponential(0).replace("+", ""); // "1e36": a diverged run's axis
-  if (abs >= 1e9) return `${trim(value / 1e9)}G`;
-  if (abs >= 1e6) return `${trim(value / 1e6)}M`;
-  if (abs >= 1e4) return `${trim(value / 1e3)}k`;
-  if (abs < 1e-3) return value.toExponential(0);
-  return trim(value);
+  const exponent = Math.max(0, precision - 3);
+  if (abs >= 1e12) return value.toExponential(exponent).replace("+", ""); // "1e36": a diverged run's axis
+  if (abs >= 1e9) return `${trim(value / 1e9, precision)}G`;
+  if (abs >= 1e6) return `${trim(value / 1e6, precision)}M`;
+  if (abs >= 1e4) return `${trim(value / 1e3, precision)}k`;
+  if (abs < 1e-3) return value.toExponential(exponent);
+  return trim(value, precision);
 }
 
-function trim(value: number): string {
-  return Number(value.toPrecision(3)).toString();
+/**
+ * An axis's tick labels: as short as formatTick makes them, with more digits where two would
+ * read the same (100 and 100.5 are not both "101"; 12,340 and 12,345 not both "12.3k").
+ */
+export function formatTicks(values: readonly number[]): string[] {
+  for (let precision = 3; precision < 16; precision++) {
+    const labels = values.map((value) => formatTick(value, precision));
+    if (labels.every((label, i) => i === 0 || label !== labels[i - 1])) return labels;
+  }
+  return values.map((value) => formatTick(value, 16));
+}
+
+function trim(value: number, precision: number): string {
+  return Number(value.toPrecision(precision)).toString();
 }
 
 export function formatBytes(bytes: number): string {

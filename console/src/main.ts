@@ -38,6 +38,7 @@ let session: Session | null = null;
 let signInMessage: unknown = null;
 let scope: Scope | null = null;
 let current: Page | null = null;
+let routed = false;
 
 function attach(next: Session): void {
   session = next;
@@ -121,6 +122,10 @@ function route(): void {
     return;
   }
   renderTopbar(session.caller, false);
+  if (!routed) {
+    routed = true;
+    performance.mark("mldiag:first-route");
+  }
   switch (next.page) {
     case "signin":
       navigate("#/runs");
@@ -162,6 +167,7 @@ function route(): void {
 }
 
 async function boot(): Promise<void> {
+  performance.mark("mldiag:app-started"); // the bundle is compiled and run (benchmarks read it)
   window.addEventListener("hashchange", () => route());
   const token = storedToken();
   const next = parseHash(location.hash);
@@ -169,6 +175,7 @@ async function boot(): Promise<void> {
     replace(main, loading("signing in…"));
     try {
       attach(await openSession(token));
+      performance.mark("mldiag:signed-in");
     } catch (error) {
       // A refused token is forgotten; an API that did not answer keeps it for the next try.
       if (error instanceof ApiError && error.status === 401) storeToken(null);

@@ -2,7 +2,7 @@
 // 1 at the top) and which ticks to draw, for linear, log and reverse-log numbers and for
 // categories (evenly spaced), and a colour ramp from the worst value to the best.
 
-import { formatTick } from "./format";
+import { formatTick, formatTicks } from "./format";
 
 export interface Tick {
   /** 0 (bottom) to 1 (top). */
@@ -145,9 +145,10 @@ export function categoryAxis(id: string, label: string, values: string[]): Axis 
 }
 
 function ticksAt(values: number[], position: (value: number) => number | null): Tick[] {
-  return values.flatMap((value) => {
+  const labels = formatTicks(values);
+  return values.flatMap((value, i) => {
     const at = position(value);
-    return at === null ? [] : [{ at, label: formatTick(value) }];
+    return at === null ? [] : [{ at, label: labels[i] ?? formatTick(value) }];
   });
 }
 
@@ -167,6 +168,18 @@ export function valueAxis(id: string, label: string, values: number[]): Axis {
   const [min, max] = extent;
   const pad = max > min ? (max - min) * 0.05 : Math.abs(min) * 0.1 || 1;
   return linearAxis(id, label, min - pad, max + pad, { ticks: niceTicks(min - pad, max + pad, 5) });
+}
+
+/**
+ * The objective's axis on a log scale: the decades around its positive values (a diverged
+ * trial at 1e35 no longer flattens the others); values ≤ 0 have no place on it (null).
+ * Linear (`valueAxis`) when no value is positive.
+ */
+export function logValueAxis(id: string, label: string, values: number[]): Axis {
+  const extent = numericExtent(values.filter((value) => value > 0));
+  if (!extent) return valueAxis(id, label, values);
+  const { range } = decadeTicks(extent[0], extent[1]);
+  return logAxis(id, label, range[0], range[1]);
 }
 
 /** How good `value` is within [min, max] under the goal: 0 the worst seen, 1 the best. */

@@ -3,7 +3,7 @@
 import { Api, ApiError } from "./api";
 import type { Caller } from "./types";
 
-const TOKEN_KEY = "mldiag.token";
+export { storedToken, storeToken } from "./token";
 
 export class Session {
   constructor(
@@ -34,22 +34,5 @@ export async function openSession(token: string): Promise<Session> {
       return new Session(api, null);
     }
     throw error;
-  }
-}
-
-export function storedToken(): string | null {
-  try {
-    return localStorage.getItem(TOKEN_KEY);
-  } catch {
-    return null;
-  }
-}
-
-export function storeToken(token: string | null): void {
-  try {
-    if (token === null) localStorage.removeItem(TOKEN_KEY);
-    else localStorage.setItem(TOKEN_KEY, token);
-  } catch {
-    // private mode: the token lives as long as the page
   }
 }

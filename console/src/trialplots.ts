@@ -2,7 +2,7 @@
 // and the best-so-far step line) and the parallel coordinates (one axis per parameter, then the
 // objective; one line per trial, broken where a conditional parameter is absent).
 
-import { type Axis, categoryAxis, goodness, linearAxis, niceTicks, numericAxis, numericExtent, valueAxis } from "./scales";
+import { type Axis, categoryAxis, goodness, linearAxis, logValueAxis, niceTicks, numericAxis, numericExtent, valueAxis } from "./scales";
 import {
   bestSoFar,
   byTrialId,
@@ -61,13 +61,18 @@ export interface ParallelModel {
   rows: ParallelRow[];
 }
 
+/** The objective's axis: linear, or log (`logScale`: values ≤ 0 then have no place on it). */
+function objectiveAxisOf(id: string, label: string, values: number[], logScale: boolean): Axis {
+  return logScale ? logValueAxis(id, label, values) : valueAxis(id, label, values);
+}
+
 /** The parallel coordinates of a study: an axis per parameter (search-space order), then the objective. */
-export function parallelModel(job: HyperparameterTuningJob, metricId: string, goal: Goal): ParallelModel {
+export function parallelModel(job: HyperparameterTuningJob, metricId: string, goal: Goal, logScale = false): ParallelModel {
   const trials = [...(job.trials ?? [])].sort(byTrialId);
   const specs = flattenParameters(job.studySpec?.parameters ?? []);
   const objectives = trials.map((trial) => objectiveValue(trial, metricId));
   const finite = objectives.filter((value): value is number => value !== null);
-  const objectiveAxis = valueAxis(metricId, `${metricId} (${goal === "MINIMIZE" ? "min" : "max"})`, finite);
+  const objectiveAxis = objectiveAxisOf(metricId, `${metricId} (${goal === "MINIMIZE" ? "min" : "max"})`, finite, logScale);
   const [lo, hi] = numericExtent(finite) ?? [0, 0];
   const axes = [...specs.map((spec) => parameterAxis(spec, trials)), objectiveAxis];
   const rows = trials.map((trial, i): ParallelRow => {
@@ -141,17 +146,22 @@ export interface ObjectiveModel {
   best: { x: number; value: number }[];
   /** The trial with the best value overall. */
   bestTrialId: string | null;
+  /** Trials with a value a log axis cannot place (≤ 0), not drawn. */
+  leftOut: number;
 }
 
 /** The objective over trials: one point per trial with a final value, x = trial id. */
-export function objectiveModel(job: HyperparameterTuningJob, metricId: string, goal: Goal): ObjectiveModel {
+export function objectiveModel(job: HyperparameterTuningJob, metricId: string, goal: Goal, logScale = false): ObjectiveModel {
   const trials = job.trials ?? [];
   const byId = new Map(trials.map((trial) => [trial.id, trial]));
-  const points = objectivePoints(trials, metricId);
+  const all = objectivePoints(trials, metricId);
+  // On a log axis a value ≤ 0 has no place: such trials are left out (and counted).
+  const placeable = logScale && all.some((point) => point.value > 0);
+  const points = placeable ? all.filter((point) => point.value > 0) : all;
   const best = bestSoFar(points, goal);
   const last = Math.max(1, Number(job.maxTrialCount) || 0, ...points.map((point) => point.x).filter(Number.isFinite));
   const xAxis = linearAxis("trial", "trial", 1, last, { integer: true, ticks: niceTicks(1, last, 8).filter(Number.isInteger) });
-  const yAxis = valueAxis(metricId, metricId, points.map((point) => point.value));
+  const yAxis = objectiveAxisOf(metricId, metricId, points.map((point) => point.value), logScale);
   let previous: string | null = null;
   const scatter = points.map((point, i): ScatterPoint => {
     const trial = byId.get(point.trialId);
@@ -173,5 +183,6 @@ export function objectiveModel(job: HyperparameterTuningJob, metricId: string, g
     points: scatter,
     best: best.map((point) => ({ x: point.x, value: point.value })),
     bestTrialId: best.at(-1)?.trialId ?? null,
+    leftOut: all.length - points.length,
   };
 }

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { csvField, csvFileName, csvNumber, toCsv } from "../src/csv";
-import { formatTick } from "../src/format";
+import { formatTick, formatTicks } from "../src/format";
 import { markdownTitle, renderMarkdown, runbookLink } from "../src/markdown";
 import { parseHash } from "../src/router";
 import { decadeTicks, positiveOnly } from "../src/scales";
@@ -148,4 +148,13 @@ test("runbook links open the console's page; the renderer escapes and renders th
   assert.match(html, /<pre><code>&lt;b&gt;code&lt;\/b&gt;<\/code><\/pre>/);
   assert.ok(!html.includes("<script>"));
   assert.equal(markdownTitle(md), "hang <script>");
+});
+
+test("tick labels get the digits that keep neighbours apart", () => {
+  // a lone point at step 100 once read "99 99.5 100 101 101" (100.5 to three digits)
+  assert.deepEqual(formatTicks([99, 99.5, 100, 100.5, 101]), ["99", "99.5", "100", "100.5", "101"]);
+  assert.deepEqual(formatTicks([12_340, 12_345, 12_350]), ["12.34k", "12.345k", "12.35k"]);
+  assert.deepEqual(formatTicks([0, 0.5, 1]), ["0", "0.5", "1"]); // short when short is distinct
+  assert.deepEqual(formatTicks([1e35, 1e36]), ["1e35", "1e36"]);
+  assert.deepEqual(formatTicks([]), []);
 });

@@ -258,6 +258,35 @@ test("the objective plot: a point per valued trial, the best-so-far records, the
   assert.equal(stepPath([[0, 10], [5, 8], [9, 8]]), "M0 10 H5 V8 H9 V8");
 });
 
+test("a log objective axis: a diverged trial no longer flattens the others; values ≤ 0 are left out", () => {
+  const diverged: HyperparameterTuningJob = {
+    ...STUDY,
+    trials: [trial(1, 0.8), trial(2, 0.4), trial(3, 1e35), trial(4, 0), trial(5, 0.2)],
+  };
+  const linear = objectiveModel(diverged, "loss", "MINIMIZE");
+  const spread = (model: ReturnType<typeof objectiveModel>, a: string, b: string): number => {
+    const at = (id: string): number => model.yAxis.position(model.points.find((p) => p.trialId === id)?.value ?? null) ?? NaN;
+    return Math.abs(at(a) - at(b));
+  };
+  assert.ok(spread(linear, "1", "5") < 1e-9); // 0.8 and 0.2 on one pixel beside 1e35
+  const log = objectiveModel(diverged, "loss", "MINIMIZE", true);
+  assert.equal(log.yAxis.kind, "log");
+  assert.deepEqual(log.yAxis.domain, [0.1, 1e35]); // the decades around the positive values
+  assert.ok(spread(log, "1", "5") > 0.01);
+  assert.deepEqual(log.points.map((p) => p.trialId), ["1", "2", "3", "5"]);
+  assert.equal(log.leftOut, 1); // trial 4's 0 has no place on a log axis
+  assert.equal(linear.leftOut, 0);
+  // the parallel coordinates' objective axis follows; a value ≤ 0 breaks that trial's line there
+  const parallel = parallelModel(diverged, "loss", "MINIMIZE", true);
+  const objective = parallel.axes.at(-1);
+  assert.equal(objective?.kind, "log");
+  assert.equal(objective?.position(0), null);
+  // nothing positive: a log axis has nothing to span, the linear one stays
+  const flat = objectiveModel({ ...STUDY, trials: [trial(1, 0), trial(2, -1)] }, "loss", "MINIMIZE", true);
+  assert.equal(flat.yAxis.kind, "linear");
+  assert.equal(flat.points.length, 2);
+});
+
 test("tuning routes, paths and links", () => {
   const parent = { project: "p1", location: "us-central1" };
   assert.equal(tuningJobPath(parent, "42"), "/v1/projects/p1/locations/us-central1/hyperparameterTuningJobs/42");

@@ -1,10 +1,10 @@
 // A run: its header (state, times, hosts, goodput, share) and tabs, live while shown.
 // The same page serves a signed-in user (#/runs/<id>/...) and a shared run (#/share/<token>/...).
 
-import { pathPart } from "../api";
 import { formatDuration, formatTime, percent, secondsBetween } from "../format";
 import { h, replace } from "../h";
 import { parseJobName } from "../jobs";
+import { runPath } from "../paths";
 import { jobHref, type Route, type Tab } from "../router";
 import { Scope } from "../scope";
 import type { Session } from "../session";
@@ -29,11 +29,21 @@ export interface RunView {
   run: () => Run | null;
   /** Subscribe to the run's live updates for the lifetime of `scope`. */
   onUpdate: (scope: Scope, listener: (update: RunUpdate | null) => void) => void;
+  /**
+   * The tab's first content is in (a tab that loads a lot says so; the others are taken as
+   * in at once): the header's secondary reads (heartbeats, goodput) wait for it, so they do
+   * not hold up what the user came to see on a busy registry.
+   */
+  settled: () => void;
 }
 
-export function runPath(runId: string, suffix = ""): string {
-  return `/v1/machineLearningRuns/${pathPart(runId)}${suffix}`;
-}
+/** The header's secondary reads wait at most this long for the tab to settle. */
+export const DETAILS_WAIT_MS = 1500;
+
+/** Tabs that call `view.settled()` themselves once their first content is in. */
+const SETTLING_TABS: ReadonlySet<Tab> = new Set(["metrics"]);
+
+export { runPath } from "../paths";
 
 export function tabHref(view: Pick<RunView, "base">, tab: Tab, query?: Record<string, string>): string {
   const href = tab === "overview" ? view.base : `${view.base}/${tab}`;
@@ -67,6 +77,8 @@ export interface RunPage {
 export interface HeaderOptions {
   /** Heartbeats and goodput (a share link to one event or session cannot read them). */
   details: boolean;
+  /** The first heartbeats and goodput reads wait for this (the run itself never does). */
+  detailsAfter?: Promise<void>;
 }
 
 /** The run header alone, refreshed by `refresh()`. */
@@ -80,14 +92,18 @@ export function runHeader(
   const el = h("header", { class: "run-header", testid: "run-header" }, h("div", { class: "muted" }, "loading…"));
   let lastGood: HTMLElement | null = null;
 
+  // Until the tab has settled, the run alone: its details follow (see RunView.settled).
+  let detailsWait: Promise<void> | null = options.details ? (options.detailsAfter ?? null) : null;
+  let heartbeatsShown: ProcessHeartbeat[] | null = null;
+  let goodputShown: GoodputResponse | null = null;
+
   async function load(): Promise<void> {
     const api = session.api;
+    const details = options.details && detailsWait === null;
     const [run, heartbeats, goodput] = await Promise.allSettled([
       api.get<Run>(runPath(runId), {}, scope.signal),
-      options.details
-        ? api.get<{ heartbeats: ProcessHeartbeat[] }>(runPath(runId, "/heartbeats"), {}, scope.signal)
-        : Promise.reject(new Error("not shown")),
-      options.details ? api.get<GoodputResponse>(runPath(runId, ":goodput"), {}, scope.signal) : Promise.reject(new Error("not shown")),
+      details ? api.get<{ heartbeats: ProcessHeartbeat[] }>(runPath(runId, "/heartbeats"), {}, scope.signal) : Promise.reject(new Error("not shown")),
+      details ? api.get<GoodputResponse>(runPath(runId, ":goodput"), {}, scope.signal) : Promise.reject(new Error("not shown")),
     ]);
     if (scope.disposed) return;
     if (run.status === "rejected") {
@@ -95,8 +111,18 @@ export function runHeader(
       return;
     }
     onRun(run.value);
-    lastGood = render(run.value, heartbeats.status === "fulfilled" ? heartbeats.value.heartbeats : null, goodput.status === "fulfilled" ? goodput.value : null);
+    if (details) {
+      heartbeatsShown = heartbeats.status === "fulfilled" ? heartbeats.value.heartbeats : null;
+      goodputShown = goodput.status === "fulfilled" ? goodput.value : null;
+    }
+    lastGood = render(run.value, heartbeatsShown, goodputShown);
     replace(el, lastGood);
+    const wait = detailsWait;
+    if (wait) {
+      detailsWait = null;
+      // not through the throttle: its 2 s spacing would hold the details back further
+      void wait.then(() => load()).catch(() => undefined);
+    }
   }
 
   function render(run: Run, heartbeats: ProcessHeartbeat[] | null, goodput: GoodputResponse | null): HTMLElement {
@@ -196,6 +222,12 @@ export function runPage(
 ): RunPage {
   let run: Run | null = null;
   const listeners = new Set<(update: RunUpdate | null) => void>();
+  let settle = (): void => {};
+  const settled = new Promise<void>((resolve) => {
+    settle = resolve;
+    const timer = setTimeout(resolve, DETAILS_WAIT_MS);
+    scope.add(() => clearTimeout(timer));
+  });
   const view: RunView = {
     session,
     runId,
@@ -205,8 +237,9 @@ export function runPage(
       listeners.add(listener);
       tabScope.add(() => listeners.delete(listener));
     },
+    settled: () => settle(),
   };
-  const header = runHeader(session, runId, scope, { details: true }, (value) => {
+  const header = runHeader(session, runId, scope, { details: true, detailsAfter: settled }, (value) => {
     run = value;
     onRun(value);
   });
@@ -228,6 +261,7 @@ export function runPage(
       link.classList.toggle("active", link.dataset["tab"] === next);
     }
     replace(content, TAB_RENDERERS[next](view, tabScope, nextQuery));
+    if (!SETTLING_TABS.has(next)) view.settled();
   }
 
   show(tab, query);

@@ -37,6 +37,9 @@ export function studyPage(session: Session, scope: Scope, jobId: string, query: 
   const parent = parentOf(query);
   let job: HyperparameterTuningJob | null = null;
   let metricId = query.get("metric") ?? "";
+  // A log objective axis (y=log in the URL, as on a run's metrics): a diverged trial's 1e35
+  // otherwise flattens every other trial against the bottom.
+  let logScale = query.get("y") === "log";
   const selected = new Set<string>();
 
   const header = h("header", { class: "run-header standalone job-header study-header", testid: "study-header" }, h("div", { class: "muted" }, "loading…"));
@@ -48,11 +51,23 @@ export function studyPage(session: Session, scope: Scope, jobId: string, query: 
   const selection = h("span", { class: "muted hint", testid: "trials-selected" });
   const live = liveMark("Refreshed every 2 s until the study ends", "");
   const metricSelect = h("select", { testid: "objective-metric", title: "The metric the plots and the table's value follow" });
+  const syncHash = (): void => replaceHash(tuningJobHref(parent, jobId, { metric: metricId, ...(logScale ? { y: "log" } : {}) }));
   metricSelect.addEventListener("change", () => {
     metricId = metricSelect.value;
-    replaceHash(tuningJobHref(parent, jobId, { metric: metricId }));
+    syncHash();
     render();
   });
+  const logToggle = h("input", {
+    type: "checkbox",
+    testid: "study-log-scale",
+    checked: logScale,
+    onchange: () => {
+      logScale = logToggle.checked;
+      syncHash();
+      render();
+    },
+  });
+  const logControl = h("label", { class: "inline", title: "Objective on a log axis (values ≤ 0 are not drawn)" }, logToggle, " log");
 
   const body = h(
     "div",
@@ -63,7 +78,7 @@ export function studyPage(session: Session, scope: Scope, jobId: string, query: 
       h(
         "section",
         { class: "card" },
-        h("div", { class: "card-head" }, h("h3", {}, "Objective over trials"), h("span", { class: "spacer" }), metricSelect),
+        h("div", { class: "card-head" }, h("h3", {}, "Objective over trials"), h("span", { class: "spacer" }), logControl, metricSelect),
         objectiveSlot,
         h(
           "div",
@@ -241,8 +256,8 @@ export function studyPage(session: Session, scope: Scope, jobId: string, query: 
     const chosen = objective(current);
     if (chosen) {
       const options = { goal: chosen.goal, metricId: chosen.metricId, selected, onPick: toggle };
-      replace(objectiveSlot, objectivePlot(objectiveModel(current, chosen.metricId, chosen.goal), options));
-      replace(parallelSlot, parallelPlot(parallelModel(current, chosen.metricId, chosen.goal), options));
+      replace(objectiveSlot, objectivePlot(objectiveModel(current, chosen.metricId, chosen.goal, logScale), options));
+      replace(parallelSlot, parallelPlot(parallelModel(current, chosen.metricId, chosen.goal, logScale), options));
     }
     renderTrials(current);
     renderSelection(current);

@@ -45,6 +45,8 @@ export function objectivePlot(model: ObjectiveModel, options: PlotOptions): SVGS
       viewBox: `0 0 ${width} ${height}`,
       "data-testid": "objective-plot",
       "data-points": model.points.length,
+      "data-y-scale": model.yAxis.kind === "log" ? "log" : "linear",
+      "data-left-out": model.leftOut,
       "data-best": bestValue,
       "data-best-trial": model.bestTrialId ?? undefined,
       role: "img",
