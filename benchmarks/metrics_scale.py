@@ -562,7 +562,8 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
             bytes_per_point = float(ASSUMED_BYTES_PER_POINT)
             for index, size in enumerate(args.sizes):
                 emit()
-                emit(f"## size {_fmt_size(size)} ({size:,} points)")
+                load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+                emit(f"## size {_fmt_size(size)} ({size:,} points); load average {load}")
                 fill_rate = None
                 if size > (already := filled.big_points + filled.run_steps * len(runs) * METRICS):
                     free = free_disk_bytes(data_dir)
