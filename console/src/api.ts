@@ -67,8 +67,22 @@ export function parseJson(text: string): unknown {
   );
 }
 
-async function errorOf(response: Response): Promise<ApiError> {
+/** An HTTP answer read whole: what the client needs of a Response (an early read keeps one). */
+export interface Answer {
+  ok: boolean;
+  status: number;
+  statusText: string;
+  text: string;
+}
+
+/** A fetch's answer, its body read (a failed body read leaves it empty). */
+export async function readAnswer(response: Response): Promise<Answer> {
   const text = await response.text().catch(() => "");
+  return { ok: response.ok, status: response.status, statusText: response.statusText, text };
+}
+
+function errorOf(response: Answer): ApiError {
+  const text = response.text;
   try {
     const body = parseJson(text) as {
       error?: { code?: string | number; message?: string; details?: unknown[]; status?: string };
@@ -107,26 +121,28 @@ export class Api {
   }
 
   async request<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
-    let response: Response;
+    let response: Answer;
     try {
       const init: RequestInit = { method, headers: this.headers(body === undefined ? {} : { "Content-Type": "application/json" }) };
       if (body !== undefined) init.body = JSON.stringify(body);
       if (signal) init.signal = signal;
-      // A read index.html's inline script already started (see prefetch.ts), else a fetch.
+      // A read index.html's inline script already made (see prefetch.ts), else a fetch. An
+      // early answer already in is taken without leaving the task (a resolved promise): the
+      // page goes on to its next reads before the browser renders anything.
       const early = method === "GET" && body === undefined ? takePrefetched(path, this.token) : null;
-      response = early ? await early.catch(() => fetch(path, init)) : await fetch(path, init);
+      const network = async (): Promise<Answer> => readAnswer(await fetch(path, init));
+      response = early ? await early.catch(network) : await network();
       signal?.throwIfAborted();
     } catch (error) {
       if (signal?.aborted) throw error;
       throw new ApiError(0, "unavailable", `the API did not answer (${String(error)})`);
     }
     if (!response.ok) {
-      const error = await errorOf(response);
+      const error = errorOf(response);
       if (response.status === 401) this.onUnauthenticated?.(error);
       throw error;
     }
-    const text = await response.text();
-    return (text ? parseJson(text) : {}) as T;
+    return (response.text ? parseJson(response.text) : {}) as T;
   }
 
   get<T>(path: string, query: Query = {}, signal?: AbortSignal): Promise<T> {

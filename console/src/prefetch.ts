@@ -6,6 +6,7 @@
 // metric list on a run's metrics tab): a stale or refused token costs the same requests the
 // app would have made, and an answer nobody takes expires unused.
 
+import type { Answer } from "./api";
 import { runPath } from "./paths";
 import { parseHash } from "./router";
 import { storedToken } from "./token";
@@ -14,7 +15,8 @@ import { storedToken } from "./token";
 export const PREFETCH_MAX_AGE_MS = 10_000;
 
 interface Early {
-  answer: Promise<Response>;
+  /** Read whole as soon as it comes, so whoever takes it has it at once. */
+  answer: Promise<Answer>;
   token: string;
   startedAt: number;
 }
@@ -53,7 +55,12 @@ export function startPrefetch(hash: string = location.hash, now: () => number = 
   const early = slot(true);
   if (!early) return;
   for (const url of firstReads(hash)) {
-    const answer = fetch(url, { headers: { Authorization: `Bearer ${token}` } });
+    const answer = fetch(url, { headers: { Authorization: `Bearer ${token}` } }).then(async (response) => ({
+      ok: response.ok,
+      status: response.status,
+      statusText: response.statusText,
+      text: await response.text(),
+    }));
     answer.catch(() => undefined); // a failure is seen (and reported) by whoever takes it
     early.set(url, { answer, token, startedAt: now() });
   }
@@ -63,7 +70,7 @@ export function startPrefetch(hash: string = location.hash, now: () => number = 
  * The early answer for `url` sent with `token`'s header, at most once; null when there is
  * none, it is too old, or it was sent with another token.
  */
-export function takePrefetched(url: string, token: string, now: () => number = () => performance.now()): Promise<Response> | null {
+export function takePrefetched(url: string, token: string, now: () => number = () => performance.now()): Promise<Answer> | null {
   const early = slot(false);
   const entry = early?.get(url);
   if (!early || !entry) return null;
