@@ -701,9 +701,11 @@ class MetricsRepository:
         bucket = steps // width
         # ascending (group, bucket, step, time, series): a bucket's last point is the one at
         # its highest step, latest time, then highest series id
-        order = np.lexsort((sids, times, steps, bucket, grp))
-        grp, bucket, sids = grp[order], bucket[order], sids[order]
-        steps, values = steps[order], values[order]
+        # one series' chunks decode in (step, time) order already: sort only when needed
+        if len(groups) > 1 or np.any(np.diff(steps) < 0) or _unordered_ties(steps, times):
+            order = np.lexsort((sids, times, steps, bucket, grp))
+            grp, bucket, sids = grp[order], bucket[order], sids[order]
+            steps, values = steps[order], values[order]
         change = (np.diff(grp) != 0) | (np.diff(bucket) != 0)
         starts = np.concatenate(([0], np.flatnonzero(change) + 1))
         ends = np.append(starts[1:], len(steps)) - 1
@@ -1018,6 +1020,12 @@ def _after(
     if keep.all():
         return block
     return PointBlock(steps[keep], block.series_ids[keep], block.times_us[keep], block.values[keep])
+
+
+def _unordered_ties(steps: Int64s, times: Int64s) -> bool:
+    """Whether points at one step are out of time order (sorted steps assumed)."""
+    tie = np.diff(steps) == 0
+    return bool(np.any(tie & (np.diff(times) < 0)))
 
 
 def _concat(blocks: Sequence[PointBlock]) -> PointBlock:
