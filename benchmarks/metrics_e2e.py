@@ -28,26 +28,32 @@ import asyncio
 import json
 import logging
 import multiprocessing
+import multiprocessing.queues
 import os
 import secrets
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from array import array
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
 import httpx
+import numpy as np
 import structlog
 from _support import emit, free_port, process, wait_http
 
 from mldiag_platform.database import create_pool
 from mldiag_platform.settings import DatabaseSettings
 from mldiag_run_registry.metrics.repository import MetricsRepository
+from mldiag_schemas.columnar import CONTENT_TYPE, encode_frame
 from mldiag_schemas.telemetry import MetricColumns, MetricPointsReceived, to_unix_micros
 
 HERE = Path(__file__).resolve().parent
@@ -73,34 +79,59 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _client_bodies(client: int, steps: int) -> list[bytes]:
+_BASE_US = to_unix_micros(datetime(2026, 1, 1, tzinfo=UTC))
+
+
+def _json_body(client: int, block: range) -> bytes:
     base = datetime(2026, 1, 1, tzinfo=UTC)
-    bodies = []
-    for start in range(client * steps, (client + 1) * steps, STEPS_PER_REQUEST):
-        block = range(start, min(start + STEPS_PER_REQUEST, (client + 1) * steps))
-        times = [(base + timedelta(milliseconds=s)).isoformat() for s in block]
-        series = [
-            {
-                "name": f"m{m}",
-                "host": f"client-{client}",
-                "steps": list(block),
-                "values": [s * 0.001 + m for s in block],
-                "times": times,
-            }
-            for m in range(METRICS)
-        ]
-        bodies.append(json.dumps({"series": series}).encode())
-    return bodies
+    times = [(base + timedelta(milliseconds=s)).isoformat() for s in block]
+    series = [
+        {
+            "name": f"m{m}",
+            "host": f"client-{client}",
+            "steps": list(block),
+            "values": [s * 0.001 + m for s in block],
+            "times": times,
+        }
+        for m in range(METRICS)
+    ]
+    return json.dumps({"series": series}).encode()
+
+
+def _frame_body(client: int, block: range) -> bytes:
+    # array, as the SDK builds it: no per-point objects kept, one packed column per series
+    steps = array("q", block)
+    times = array("q", (_BASE_US + s * 1000 for s in block))
+    metas = [{"name": f"m{m}", "host": f"client-{client}"} for m in range(METRICS)]
+    columns = [(steps, array("d", (s * 0.001 + m for s in block)), times) for m in range(METRICS)]
+    return encode_frame({"series": metas}, columns)
+
+
+def _client_bodies(client: int, steps: int, encoding: str) -> list[bytes]:
+    """The client's requests, built before the clock starts (bytes only: 16M points as
+    frames are 384 MB, as Python objects they would not fit)."""
+    build = _frame_body if encoding == "columnar" else _json_body
+    return [
+        build(client, range(start, min(start + STEPS_PER_REQUEST, (client + 1) * steps)))
+        for start in range(client * steps, (client + 1) * steps, STEPS_PER_REQUEST)
+    ]
 
 
 def _http_client(
-    url: str, client: int, steps: int, go: "multiprocessing.synchronize.Event"
+    url: str,
+    client: int,
+    steps: int,
+    encoding: str,
+    ready: "multiprocessing.queues.Queue[int]",
+    go: "multiprocessing.synchronize.Event",
 ) -> None:
-    bodies = _client_bodies(client, steps)
+    bodies = _client_bodies(client, steps, encoding)
+    content_type = CONTENT_TYPE if encoding == "columnar" else "application/json"
     with httpx.Client(timeout=60.0, headers=_auth()) as http:
+        ready.put(client)
         go.wait()
         for body in bodies:
-            response = http.post(url, content=body, headers={"Content-Type": "application/json"})
+            response = http.post(url, content=body, headers={"Content-Type": content_type})
             response.raise_for_status()
 
 
@@ -111,15 +142,21 @@ async def _committed(pool: asyncpg.Pool) -> int:
     return count
 
 
-async def _ingest_mldiag(ingestion: str, run_id: str, db: str, points: int, clients: int) -> float:
+async def _ingest_mldiag(
+    ingestion: str, run_id: str, db: str, points: int, clients: int, encoding: str
+) -> float:
     steps = points // METRICS // clients
     url = f"{ingestion}/v1/machineLearningRuns/{run_id}/metrics:write"
     ctx = multiprocessing.get_context("spawn")
-    go = ctx.Event()
-    procs = [ctx.Process(target=_http_client, args=(url, c, steps, go)) for c in range(clients)]
+    go, ready = ctx.Event(), ctx.Queue()
+    procs = [
+        ctx.Process(target=_http_client, args=(url, c, steps, encoding, ready, go))
+        for c in range(clients)
+    ]
     for proc in procs:
         proc.start()
-    await asyncio.sleep(3.0)  # let the clients build their bodies
+    for _ in procs:  # every client has built its bodies
+        await asyncio.to_thread(ready.get, True, 600)
     pool = await asyncpg.create_pool(db, min_size=1, max_size=1)
     total = steps * METRICS * clients
     started = time.perf_counter()
@@ -133,21 +170,58 @@ async def _ingest_mldiag(ingestion: str, run_id: str, db: str, points: int, clie
     return elapsed
 
 
+_COPY_ROW = np.dtype(
+    [
+        ("fields", ">i2"),
+        ("series_len", ">i4"),
+        ("series_id", ">i8"),
+        ("step_len", ">i4"),
+        ("step", ">i8"),
+        ("time_len", ">i4"),
+        ("time_us", ">i8"),
+        ("value_len", ">i4"),
+        ("value", ">f8"),
+    ]
+)
+"""A row of PostgreSQL's binary COPY format: (series_id, step, time_us, value)."""
+_COPY_ROWS_PER_PART = 1 << 20
+
+
+async def _copy_parts(points: int) -> AsyncIterator[bytes]:
+    """The points of the benchmark as binary COPY data, a million rows at a time (numpy
+    writes each part in milliseconds: the figure is PostgreSQL's, not the generator's)."""
+    yield b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
+    steps = points // METRICS
+    for m in range(METRICS):
+        for start in range(0, steps, _COPY_ROWS_PER_PART):
+            block = np.arange(start, min(start + _COPY_ROWS_PER_PART, steps), dtype=np.int64)
+            rows = np.empty(len(block), _COPY_ROW)
+            rows["fields"] = 4
+            rows["series_len"] = rows["step_len"] = rows["time_len"] = rows["value_len"] = 8
+            rows["series_id"] = m
+            rows["step"] = block
+            rows["time_us"] = _BASE_US + block * 1000
+            rows["value"] = block * 0.001 + m
+            yield rows.tobytes()
+    yield struct.pack(">h", -1)
+
+
 async def _raw_copy(db: str, points: int) -> float:
+    """COPY of the same points into a narrow table of its own, one row per point with the
+    index a point store needs: the database's limit, whatever the registry's layout."""
     conn = await asyncpg.connect(db)
     await conn.execute(
-        "CREATE SCHEMA raw_copy; CREATE TABLE raw_copy.metric_points (LIKE"
-        f" {SCHEMA}.metric_points INCLUDING ALL)"
+        "CREATE SCHEMA raw_copy; CREATE TABLE raw_copy.points (series_id bigint NOT NULL,"
+        " step bigint NOT NULL, time_us bigint NOT NULL, value float8 NOT NULL);"
+        " CREATE INDEX ON raw_copy.points (series_id, step, time_us)"
     )
-    base = to_unix_micros(datetime(2026, 1, 1, tzinfo=UTC))
-    steps = points // METRICS
-    records = [(m, s, base + s * 1000, s * 0.001 + m) for m in range(METRICS) for s in range(steps)]
     started = time.perf_counter()
-    await conn.copy_records_to_table(
-        "metric_points",
-        records=records,
+    await conn.copy_to_table(
+        "points",
+        source=_copy_parts(points),
         columns=("series_id", "step", "time_us", "value"),
         schema_name="raw_copy",
+        format="binary",
     )
     elapsed = time.perf_counter() - started
     await conn.execute("DROP SCHEMA raw_copy CASCADE")
@@ -214,7 +288,7 @@ async def _seed_reads(db: str, runs: dict[str, int]) -> None:
                         ],
                     )
                 )
-            await repository.store_messages(messages)
+            await repository.store_messages(messages, {run_id: "default"})
     await pool.close()
 
 
@@ -229,7 +303,7 @@ async def _seed_latest(db: str, run_id: str) -> None:
             for m in range(100)
         ],
     )
-    await MetricsRepository(pool, SCHEMA).store_messages([message])
+    await MetricsRepository(pool, SCHEMA).store_messages([message], {run_id: "default"})
     await pool.close()
 
 
@@ -261,6 +335,12 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
     parser.add_argument("--mlflow-points", type=int, default=200_000)
     parser.add_argument("--read-points", type=int, default=1_000_000)
     parser.add_argument("--skip-mlflow", action="store_true")
+    parser.add_argument(
+        "--encoding",
+        choices=("columnar", "json"),
+        default="columnar",
+        help="how the clients send their points: binary frames (the SDK's) or JSON",
+    )
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     tag = uuid.uuid4().hex[:8]
@@ -279,6 +359,8 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
         "MLDIAG_RUN_REGISTRY_DB_SCHEMA": SCHEMA,
         "MLDIAG_RUN_REGISTRY_PORT": str(api_port),
         "MLDIAG_INGESTION_PORT": str(ingest_port),
+        # OTLP is not measured here; its fixed ports may be taken by another stack
+        "MLDIAG_INGESTION_OTLP_ENABLED": "false",
         "MLDIAG_LOG_LEVEL": "WARNING",
         "MLDIAG_RUN_REGISTRY_BOOTSTRAP_ADMIN_TOKEN": os.environ.setdefault(
             "MLDIAG_BENCH_TOKEN", "mldiag_" + secrets.token_urlsafe(32)
@@ -292,7 +374,8 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
     emit(
         "# command: .venv/bin/python benchmarks/metrics_e2e.py"
         f" --points {args.points} --clients {args.clients} --mlflow-points {args.mlflow_points}"
-        f" --read-points {args.read_points}" + (" --skip-mlflow" if args.skip_mlflow else "")
+        f" --read-points {args.read_points} --encoding {args.encoding}"
+        + (" --skip-mlflow" if args.skip_mlflow else "")
     )
     try:
         with (
@@ -304,12 +387,18 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
             run_id = f"bench-{tag}"
             _create_run(api, run_id)
             cpu = [_cpu_seconds(p.pid) for p in (ingester, registry)]
-            mldiag_s = await _ingest_mldiag(ingestion, run_id, db, args.points, args.clients)
+            mldiag_s = await _ingest_mldiag(
+                ingestion, run_id, db, args.points, args.clients, args.encoding
+            )
             cpu = [_cpu_seconds(p.pid) - c for p, c in zip((ingester, registry), cpu, strict=True)]
             copy_s = await _raw_copy(db, args.points)
             rows = [
-                ("mldiag: HTTP → ingestion → JetStream → registry → PG", args.points, mldiag_s),
-                ("raw COPY into the same table (1 connection)", args.points, copy_s),
+                (
+                    f"mldiag ({args.encoding}): HTTP → ingestion → JetStream → registry → PG",
+                    args.points,
+                    mldiag_s,
+                ),
+                ("raw COPY, a row per point, (series, step, time) index", args.points, copy_s),
             ]
             mlflow_run = ""
             if not args.skip_mlflow:
@@ -332,17 +421,23 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
                         [*reader, mlflow_run, "3"], check=True, capture_output=True, text=True
                     ).stdout.split()
             emit()
-            emit(f"## ingest ({args.clients} client processes, counted when committed)")
-            emit(f"{'path':<56}{'points':>11}{'seconds':>9}{'points/s':>12}")
-            rates = {}
+            emit(
+                f"## ingest ({args.clients} client processes sending {args.encoding} bodies,"
+                " counted when committed)"
+            )
+            emit(f"{'path':<68}{'points':>11}{'seconds':>9}{'points/s':>12}")
             for label, count, seconds in rows:
-                rates[label] = count / seconds
-                emit(f"{label:<56}{count:>11,}{seconds:>9.2f}{count / seconds:>12,.0f}")
+                emit(f"{label:<68}{count:>11,}{seconds:>9.2f}{count / seconds:>12,.0f}")
             mldiag_rate = args.points / mldiag_s
             emit(f"mldiag / raw COPY: {mldiag_rate / (args.points / copy_s):.0%}")
             emit(
                 f"CPU seconds during the mldiag ingest: ingestion {cpu[0]:.1f},"
                 f" run-registry {cpu[1]:.1f} (wall {mldiag_s:.1f}, {os.cpu_count()} CPUs)"
+            )
+            emit(
+                f"ingest CPU per point: {sum(cpu) / args.points * 1e6:.2f} µs"
+                f" (ingestion {cpu[0] / args.points * 1e6:.2f},"
+                f" run-registry {cpu[1] / args.points * 1e6:.2f}; PostgreSQL and NATS not counted)"
             )
             if not args.skip_mlflow:
                 emit(f"mldiag / MLflow: {mldiag_rate / (args.mlflow_points / mlflow_s):.1f}x")
@@ -355,7 +450,9 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
             # autovacuum analyses freshly bulk-loaded tables within a minute or so; do it now
             # so the reads use their steady-state plans
             analyze = await asyncpg.connect(db)
-            await analyze.execute(f"ANALYZE {SCHEMA}.metric_points, {SCHEMA}.metric_rollups")
+            await analyze.execute(
+                "ANALYZE"
+            )  # every table of the fresh database, whatever the store
             await analyze.close()
             with httpx.Client(base_url=api, timeout=30, headers=_auth()) as http:
                 series = f"/v1/machineLearningRuns/{read_run}/metrics/loss"
