@@ -4,7 +4,8 @@ in a real browser.
 Proves: the nav's Tuning entry lists studies with trials done out of the most asked for and
 the best value under the study's goal; a study's page draws the objective over trials (a
 point per valued trial, the best so far) and the parallel coordinates (log, linear and
-categorical axes, then the objective; a line per trial), badges the trial median stopping
+categorical axes, then the objective; a line per trial), puts the objective on a log axis
+in both plots when asked (``y=log`` in the URL), badges the trial median stopping
 ended and the infeasible one, and links two picked trials to the compare page with their runs;
 the nav's Models entry lists models with their default version and aliases, and a model's page
 shows every version (aliases, artifact URI, image) with its lineage linked to the study and the
@@ -233,6 +234,21 @@ def _attribute(page: Page, testid: str, name: str) -> Callable[[], str | None]:
     return lambda: page.get_by_test_id(testid).get_attribute(name)
 
 
+def _the_objective_goes_on_a_log_axis_and_back(page: Page) -> None:
+    """The study's log toggle (y=log in the URL, as a run's charts): a diverged trial's 1e35
+    would otherwise flatten the others; both plots follow."""
+    objective = page.get_by_test_id("objective-plot")
+    loss_axis = page.get_by_test_id("parallel-plot").locator("g.pc-axis[data-axis=loss]")
+    page.get_by_test_id("study-log-scale").check()
+    expect(objective).to_have_attribute("data-y-scale", "log")
+    expect(loss_axis).to_have_attribute("data-kind", "log")
+    expect(page).to_have_url(re.compile(r"[?&]y=log"))
+    page.get_by_test_id("study-log-scale").uncheck()
+    expect(objective).to_have_attribute("data-y-scale", "linear")
+    expect(loss_axis).to_have_attribute("data-kind", "linear")
+    expect(page).not_to_have_url(re.compile(r"y=log"))
+
+
 def test_a_study_lists_draws_its_trials_and_compares_two(platform: Platform, pages: Pages) -> None:
     for trial_id in (2, 5):
         platform.create_run(_trial_job(trial_id), f"trial {trial_id}", runSet="resnet lr sweep")
@@ -267,6 +283,7 @@ def test_a_study_lists_draws_its_trials_and_compares_two(platform: Platform, pag
     # The best trial's line takes the ramp's best colour; the infeasible one is dashed grey.
     expect(parallel.locator('path[data-trial-id="5"]')).to_have_attribute("stroke", "#1d4ed8")
     expect(parallel.locator('path[data-trial-id="3"]')).to_have_class(re.compile("no-objective"))
+    _the_objective_goes_on_a_log_axis_and_back(page)
 
     trials = page.get_by_test_id("trials-table")
     expect(trials.locator("tr[data-trial-id]")).to_have_count(5)
