@@ -476,3 +476,17 @@ async def test_compaction_merges_small_chunks_without_changing_a_point(store: St
             int(block.times_us[-1]),
         )
     assert got == _points(before)
+
+
+async def test_a_scan_never_splits_points_equal_in_step_and_time_between_blocks(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(repository_module, "SCAN_BLOCK_POINTS", 4)
+    # no times: every point of a message has the message's time, and steps come twice
+    for values in ([1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]):
+        columns = MetricColumns(name="loss", steps=[1, 2, 2], values=values)
+        await store.repository.store_messages([_message("run-a", columns)], {"run-a": "p1"})
+    series = [r["series_id"] for r in await store.pool.fetch("SELECT series_id FROM metric_series")]
+    blocks = [b async for b in store.repository.scan_points("p1", series, None, None)]
+    assert sorted(v for b in blocks for v in b.values.tolist()) == [float(v) for v in range(1, 10)]
+    assert [len(b) for b in blocks] == [3, 6]  # step 1 three times, then step 2 six times

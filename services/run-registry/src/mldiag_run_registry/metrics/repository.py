@@ -521,17 +521,27 @@ class MetricsRepository:
         if not series_ids:
             return
         after = (-1 if start_step is None else start_step - 1, _MAX_INT64, _MAX_INT64)
+        size = SCAN_BLOCK_POINTS
         while True:
             async with self._pool.acquire() as conn:
-                block = await self._page(
-                    conn, project, series_ids, SCAN_BLOCK_POINTS, after, end_step
-                )
-            if not len(block):
+                block = await self._page(conn, project, series_ids, size + 1, after, end_step)
+            if len(block) <= size:
+                if len(block):
+                    yield block
                 return
-            yield block
-            if len(block) < SCAN_BLOCK_POINTS:
-                return
-            after = (int(block.steps[-1]), int(block.series_ids[-1]), int(block.times_us[-1]))
+            # Points equal in (step, series, time) (a step written twice at one time) must
+            # not straddle two blocks: the next block starts after that key. So the block
+            # ends before the tie that the first point left out belongs to.
+            cut = size
+            while cut > 0 and _same_key(block, cut - 1, size):
+                cut -= 1
+            if cut == 0:  # more ties than a block: the block grows to hold them all
+                size *= 2
+                continue
+            yield _slice(block, cut)
+            last = cut - 1
+            after = (int(block.steps[last]), int(block.series_ids[last]), int(block.times_us[last]))
+            size = SCAN_BLOCK_POINTS
 
     async def _page(
         self,
@@ -1020,6 +1030,20 @@ def _after(
     if keep.all():
         return block
     return PointBlock(steps[keep], block.series_ids[keep], block.times_us[keep], block.values[keep])
+
+
+def _same_key(block: PointBlock, one: int, other: int) -> bool:
+    return bool(
+        block.steps[one] == block.steps[other]
+        and block.series_ids[one] == block.series_ids[other]
+        and block.times_us[one] == block.times_us[other]
+    )
+
+
+def _slice(block: PointBlock, count: int) -> PointBlock:
+    return PointBlock(
+        block.steps[:count], block.series_ids[:count], block.times_us[:count], block.values[:count]
+    )
 
 
 def _unordered_ties(steps: Int64s, times: Int64s) -> bool:
