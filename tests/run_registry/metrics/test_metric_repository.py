@@ -490,3 +490,17 @@ async def test_a_scan_never_splits_points_equal_in_step_and_time_between_blocks(
     blocks = [b async for b in store.repository.scan_points("p1", series, None, None)]
     assert sorted(v for b in blocks for v in b.values.tolist()) == [float(v) for v in range(1, 10)]
     assert [len(b) for b in blocks] == [3, 6]  # step 1 three times, then step 2 six times
+
+
+async def test_pruning_the_ledger_forgets_only_older_messages(store: Store) -> None:
+    old, new = (
+        _message("run-a", MetricColumns(name="loss", steps=[step], values=[1.0])) for step in (1, 2)
+    )
+    await store.repository.store_messages([old], {"run-a": "p1"})
+    await store.pool.execute("UPDATE metric_messages SET stored_at = now() - interval '2 days'")
+    await store.repository.store_messages([new], {"run-a": "p1"})
+    cutoff = await store.pool.fetchval("SELECT now() - interval '1 day'")
+    assert await store.repository.prune_ledger(cutoff) == 1
+    assert await store.repository.prune_ledger(cutoff) == 0
+    # the newer message is still known: its redelivery stores nothing
+    assert (await store.repository.store_messages([new], {"run-a": "p1"})).points == 0
