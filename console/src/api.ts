@@ -1,5 +1,6 @@
 // The API client: same-origin calls under /v1 with a bearer token, errors as ApiError.
 
+import { type Query, queryString } from "./paths";
 import { takePrefetched } from "./prefetch";
 
 /** An error answer of the API (`{"error": {"code", "message", "details"}}`) or a transport failure. */
@@ -14,16 +15,7 @@ export class ApiError extends Error {
   }
 }
 
-export type Query = Record<string, string | number | boolean | null | undefined>;
-
-export function queryString(query: Query): string {
-  const params = new URLSearchParams();
-  for (const [key, value] of Object.entries(query)) {
-    if (value !== undefined && value !== null && value !== "") params.set(key, String(value));
-  }
-  const text = params.toString();
-  return text ? `?${text}` : "";
-}
+export { type Query, queryString } from "./paths";
 
 export { pathPart } from "./paths";
 
@@ -120,6 +112,19 @@ export class Api {
     return { Authorization: `Bearer ${this.token}`, ...extra };
   }
 
+  /** An early read's answer (see prefetch.ts), handled as `request` handles one. */
+  async answer<T>(early: Promise<Answer>, signal?: AbortSignal): Promise<T> {
+    let response: Answer;
+    try {
+      response = await early;
+      signal?.throwIfAborted();
+    } catch (error) {
+      if (signal?.aborted) throw error;
+      throw new ApiError(0, "unavailable", `the API did not answer (${String(error)})`);
+    }
+    return this.handle<T>(response);
+  }
+
   async request<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
     let response: Answer;
     try {
@@ -137,6 +142,10 @@ export class Api {
       if (signal?.aborted) throw error;
       throw new ApiError(0, "unavailable", `the API did not answer (${String(error)})`);
     }
+    return this.handle<T>(response);
+  }
+
+  private handle<T>(response: Answer): T {
     if (!response.ok) {
       const error = errorOf(response);
       if (response.status === 401) this.onUnauthenticated?.(error);

@@ -2,7 +2,17 @@ import assert from "node:assert/strict";
 import { afterEach, test } from "node:test";
 
 import { Api } from "../src/api";
-import { firstReads, PREFETCH_MAX_AGE_MS, startPrefetch, takePrefetched } from "../src/prefetch";
+import { chartReadUrl } from "../src/paths";
+import {
+  chartBucketsGuess,
+  EARLY_CHARTS,
+  firstCharts,
+  firstReads,
+  PREFETCH_MAX_AGE_MS,
+  startPrefetch,
+  takeEarlyChart,
+  takePrefetched,
+} from "../src/prefetch";
 
 const globals = globalThis as unknown as Record<string, unknown>;
 const realFetch = globalThis.fetch;
@@ -14,7 +24,9 @@ function browser(token: string | null): { asked: { url: string; auth: string | n
   globals["localStorage"] = { getItem: (key: string) => store.get(key) ?? null, setItem: () => {}, removeItem: () => {} };
   globalThis.fetch = (async (url: string, init?: RequestInit) => {
     asked.push({ url, auth: new Headers(init?.headers).get("Authorization") });
-    return new Response(JSON.stringify({ url }), { status: url.includes("refused") ? 401 : 200 });
+    // a metric list names three metrics; anything else echoes its URL
+    const body = url.endsWith("/metrics") ? { url, metrics: [{ name: "step_time" }, { name: "loss" }, { name: "cpu_util" }] } : { url };
+    return new Response(JSON.stringify(body), { status: url.includes("refused") ? 401 : 200 });
   }) as typeof fetch;
   return { asked };
 }
@@ -47,9 +59,9 @@ test("without a stored token nothing is read early", () => {
 
 test("an early read is taken once, by a client with the token it was sent with", async () => {
   const { asked } = browser("secret");
-  startPrefetch("#/runs/r1/metrics", () => 0);
+  startPrefetch("#/runs/r1/metrics", () => 0, () => 1280);
   assert.deepEqual(
-    asked.map((a) => a.url),
+    asked.slice(0, 3).map((a) => a.url),
     ["/v1/caller", "/v1/machineLearningRuns/r1/metrics", "/v1/machineLearningRuns/r1"],
   );
   assert.ok(asked.every((a) => a.auth === "Bearer secret"));
@@ -68,13 +80,13 @@ test("an early read older than the limit is not used", () => {
 
 test("the API client answers from an early read, then from the network", async () => {
   const { asked } = browser("secret");
-  startPrefetch("#/runs/r1/metrics");
+  startPrefetch("#/runs/r1");
   const api = new Api("secret");
-  const first = await api.get<{ url: string }>("/v1/machineLearningRuns/r1/metrics");
-  assert.equal(first.url, "/v1/machineLearningRuns/r1/metrics");
-  assert.equal(asked.length, 3); // nothing more was asked
-  await api.get("/v1/machineLearningRuns/r1/metrics");
-  assert.equal(asked.length, 4); // the second read goes out
+  const first = await api.get<{ url: string }>("/v1/machineLearningRuns/r1");
+  assert.equal(first.url, "/v1/machineLearningRuns/r1");
+  assert.equal(asked.length, 2); // nothing more was asked
+  await api.get("/v1/machineLearningRuns/r1");
+  assert.equal(asked.length, 3); // the second read goes out
   // with a query the URL differs: never answered from the early read of another
   await api.get("/v1/machineLearningRuns/r1", { view: "full" });
   assert.equal(asked.at(-1)?.url, "/v1/machineLearningRuns/r1?view=full");
@@ -89,4 +101,51 @@ test("an early read the API refused is reported like any answer", async () => {
   api.onUnauthenticated = () => told++;
   await assert.rejects(api.get("/v1/machineLearningRuns/refused"), (error: { status?: number }) => error.status === 401);
   assert.equal(told, 1);
+});
+
+test("the charts' bucket guess is at least a chart's width in the metrics grid", () => {
+  // 1280 px: three columns of 389 px bodies; one column below 830 px; capped at 2000
+  assert.equal(chartBucketsGuess(1280), 400);
+  assert.ok(chartBucketsGuess(800) >= 800 - 40 - 18);
+  assert.ok(chartBucketsGuess(1680) >= (1640 - 30) / 4 - 18);
+  assert.equal(chartBucketsGuess(100), 50);
+});
+
+test("the first charts are the metrics tab's first, by section then name", () => {
+  assert.deepEqual(firstCharts(["zeta", "step_time", "loss", "cpu_util", "accuracy"]), ["accuracy", "loss", "step_time", "cpu_util", "zeta"]);
+  assert.equal(firstCharts(Array.from({ length: 20 }, (_, i) => `m${i}`)).length, EARLY_CHARTS);
+});
+
+test("a metrics tab's first charts are read once the list is in, and taken by a chart they serve", async () => {
+  const { asked } = browser("secret");
+  startPrefetch("#/runs/r1/metrics", () => 0, () => 1280);
+  await new Promise((resolve) => setTimeout(resolve, 10)); // the list comes in
+  const reads = asked.slice(3).map((a) => a.url);
+  const read = { buckets: 389, groupBy: "none", withTimes: false };
+  assert.deepEqual(reads, [
+    chartReadUrl("r1", "loss", { ...read, buckets: 400 }),
+    chartReadUrl("r1", "step_time", { ...read, buckets: 400 }),
+    chartReadUrl("r1", "cpu_util", { ...read, buckets: 400 }),
+  ]);
+  // not for another grouping, with times, zoomed, wider than the guess, or another token
+  assert.equal(takeEarlyChart("r1", "loss", { ...read, groupBy: "host" }, "secret", () => 0), null);
+  assert.equal(takeEarlyChart("r1", "loss", { ...read, withTimes: true }, "secret", () => 0), null);
+  assert.equal(takeEarlyChart("r1", "loss", { ...read, startStep: 0, endStep: 9 }, "secret", () => 0), null);
+  assert.equal(takeEarlyChart("r1", "loss", { ...read, buckets: 401 }, "secret", () => 0), null);
+  assert.equal(takeEarlyChart("r1", "loss", read, "another", () => 0), null); // and it is gone
+  const taken = takeEarlyChart("r1", "step_time", read, "secret", () => 0);
+  assert.ok(taken);
+  assert.equal(JSON.parse((await taken).text).url, reads[1]);
+  assert.equal(takeEarlyChart("r1", "step_time", read, "secret", () => 0), null); // once
+  const api = new Api("secret");
+  const answer = await api.answer<{ url: string }>(takeEarlyChart("r1", "cpu_util", read, "secret", () => 0) ?? Promise.reject(new Error("none")));
+  assert.equal(answer.url, reads[2]);
+});
+
+test("with hosts or time in the URL the early chart reads ask for them", async () => {
+  const { asked } = browser("secret");
+  startPrefetch("#/runs/r1/metrics?hosts=1&x=time", () => 0, () => 1280);
+  await new Promise((resolve) => setTimeout(resolve, 10));
+  assert.equal(asked[3]?.url, chartReadUrl("r1", "loss", { buckets: 400, groupBy: "host", withTimes: true }));
+  assert.ok(takeEarlyChart("r1", "loss", { buckets: 389, groupBy: "host", withTimes: true }, "secret", () => 0));
 });

@@ -2,12 +2,14 @@
 // performance, system, other); x by step or time; one line or one per host; smoothing and a
 // log y axis for every chart at once (in the URL; smoothing also remembered); live.
 
-import { ApiError, pathPart } from "../api";
+import { ApiError } from "../api";
 import { type ChartLine, type LoadRequest, lineColor, MetricChart, type XMode } from "../chart";
 import { classify, SECTIONS, type Section } from "../classify";
 import { h, replace } from "../h";
 import { replaceHash } from "../router";
 import { lookControls } from "../look";
+import { type ChartRead, chartReadUrl } from "../paths";
+import { takeEarlyChart } from "../prefetch";
 import type { Scope } from "../scope";
 import { Throttle } from "../throttle";
 import type { DownsampleMetricResponse, GroupBy, MetricSummary } from "../types";
@@ -101,17 +103,19 @@ export function metricsTab(view: RunView, scope: Scope, query: URLSearchParams):
   function loader(name: string) {
     const grouping = groupBy;
     return async (request: LoadRequest): Promise<ChartLine[]> => {
-      const answer = await view.session.api.get<DownsampleMetricResponse>(
-        runPath(view.runId, `/metrics/${pathPart(name)}`),
-        {
-          buckets: request.buckets,
-          groupBy: grouping,
-          startStep: request.range?.startStep,
-          endStep: request.range?.endStep,
-          withTimes: request.withTimes ? "true" : undefined,
-        },
-        request.signal,
-      );
+      const api = view.session.api;
+      const read: ChartRead = {
+        buckets: request.buckets,
+        groupBy: grouping,
+        startStep: request.range?.startStep,
+        endStep: request.range?.endStep,
+        withTimes: request.withTimes,
+      };
+      // the read index.html's script made once the metric list was in, when it serves
+      const early = takeEarlyChart(view.runId, name, read, api.token);
+      const answer = early
+        ? await api.answer<DownsampleMetricResponse>(early, request.signal)
+        : await api.get<DownsampleMetricResponse>(chartReadUrl(view.runId, name, read), {}, request.signal);
       const lines = answer.series;
       return lines.map((series, i) => ({
         label: grouping === "host" ? series.host || "(no host)" : name,
