@@ -94,6 +94,32 @@ def test_64_threads_logging_at_once_lose_nothing_and_duplicate_nothing(
     assert not list(tmp_path.glob("*/*/*.seg"))
 
 
+def test_threads_that_leave_the_step_out_each_take_a_step_of_their_own(
+    platform: FakePlatform, tmp_path: Path
+) -> None:
+    threads, calls = 8, 1_000
+    run = start(platform.url, tmp_path)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+
+        def work(index: int) -> None:
+            for _ in range(calls):
+                run.log({"x": 1.0}, labels={"thread": str(index)})
+
+        workers = [threading.Thread(target=work, args=(index,)) for index in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert run.step == threads * calls
+    assert run.finish() is True
+    steps = sorted(step for _, _, step, _ in stored(platform))
+    assert steps == list(range(threads * calls))
+
+
 _CHILD = textwrap.dedent(
     """
     import json, sys

@@ -265,27 +265,33 @@ class Run:
 
         Without ``step``, the step after the last one logged is used (0 first). Never does
         I/O, never waits for a device and never raises for telemetry reasons: arrays are kept
-        as references and converted on the SDK's thread.
+        as references and converted on the SDK's thread. Any number of threads may call it
+        at once without a lock; threads that leave ``step`` out share the run's one counter,
+        each call taking a step of its own.
         """
         if self._finished:
-            return
-        if step is None:
-            step = self._next_step
-        elif type(step) is not int:
-            try:
-                step = int(step)
-            except (TypeError, ValueError):
-                logger.warning("mldiag.log.bad_step step=%r (call dropped)", step)
-                return
-        if step < 0:
-            logger.warning("mldiag.log.bad_step step=%d (call dropped)", step)
             return
         try:
             values = dict(metrics)  # a copy: callers often reuse and mutate their dict
         except (TypeError, ValueError):
             logger.warning("mldiag.log.bad_metrics type=%s (call dropped)", type(metrics))
             return
-        self._next_step = step + 1
+        if step is None:
+            # Read and advanced with no call in between, where the interpreter could switch
+            # threads: two threads never take the same step, and the counter never goes back.
+            step = self._next_step
+            self._next_step = step + 1
+        else:
+            if type(step) is not int:
+                try:
+                    step = int(step)
+                except (TypeError, ValueError):
+                    logger.warning("mldiag.log.bad_step step=%r (call dropped)", step)
+                    return
+            if step < 0:
+                logger.warning("mldiag.log.bad_step step=%d (call dropped)", step)
+                return
+            self._next_step = step + 1
         if self._pending_wait:
             self._record_wait(step)
         self._pipeline.put(step, values, labels)
