@@ -19,7 +19,7 @@ import asyncpg
 import numpy as np
 import structlog
 
-from mldiag_run_registry.metrics import chunks
+from mldiag_run_registry.metrics import blocks, chunks
 from mldiag_run_registry.metrics.blocks import Float64s, Int64s, PointBlock
 from mldiag_schemas.telemetry import (
     MAX_LABEL_SETS_PER_METRIC,
@@ -534,12 +534,12 @@ class MetricsRepository:
             # not straddle two blocks: the next block starts after that key. So the block
             # ends before the tie that the first point left out belongs to.
             cut = size
-            while cut > 0 and _same_key(block, cut - 1, size):
+            while cut > 0 and blocks.same_key(block, cut - 1, size):
                 cut -= 1
             if cut == 0:  # more ties than a block: the block grows to hold them all
                 size *= 2
                 continue
-            yield _slice(block, cut)
+            yield blocks.head(block, cut)
             last = cut - 1
             after = (int(block.steps[last]), int(block.series_ids[last]), int(block.times_us[last]))
             size = SCAN_BLOCK_POINTS
@@ -573,7 +573,9 @@ class MetricsRepository:
                 by_series[chunk.series_id].append(chunk)
             again = []
             for series_id, found in by_series.items():
-                block = _after(_decode(found), low_step, after_id, after_time, high_step, series_id)
+                block = blocks.after_position(
+                    _decode(found), low_step, after_id, after_time, high_step, series_id
+                )
                 if len(found) == want:
                     # more chunks may follow: they start at or after the last one fetched
                     if len(block) < limit:
@@ -586,7 +588,7 @@ class MetricsRepository:
                 done.append(block)
             todo = again
             want *= 2
-        return _first(_concat(done), limit)
+        return blocks.first_in_order(blocks.concat(done), limit)
 
     async def _chunks(
         self,
@@ -713,7 +715,7 @@ class MetricsRepository:
         # ascending (group, bucket, step, time, series): a bucket's last point is the one at
         # its highest step, latest time, then highest series id
         # one series' chunks decode in (step, time) order already: sort only when needed
-        if len(groups) > 1 or np.any(np.diff(steps) < 0) or _unordered_ties(steps, times):
+        if len(groups) > 1 or np.any(np.diff(steps) < 0) or blocks.unordered_ties(steps, times):
             order = np.lexsort((sids, times, steps, bucket, grp))
             grp, bucket, sids = grp[order], bucket[order], sids[order]
             steps, values = steps[order], values[order]
@@ -1022,79 +1024,3 @@ def _decode(found: Sequence[_Chunk]) -> PointBlock:
         times_us=np.concatenate([p.times_us for p in parts]),
         values=np.concatenate([p.values for p in parts]),
     )
-
-
-def _after(
-    block: PointBlock,
-    step: int,
-    series_id: int,
-    micros: int,
-    high_step: int,
-    own_id: int,
-) -> PointBlock:
-    """The points of one series' block past the keyset position (step, series id, time)
-    and at most ``high_step``."""
-    steps = block.steps
-    if own_id > series_id:
-        keep = steps >= step
-    elif own_id < series_id:
-        keep = steps > step
-    else:
-        keep = (steps > step) | ((steps == step) & (block.times_us > micros))
-    keep &= steps <= high_step
-    if keep.all():
-        return block
-    return PointBlock(steps[keep], block.series_ids[keep], block.times_us[keep], block.values[keep])
-
-
-def _same_key(block: PointBlock, one: int, other: int) -> bool:
-    return bool(
-        block.steps[one] == block.steps[other]
-        and block.series_ids[one] == block.series_ids[other]
-        and block.times_us[one] == block.times_us[other]
-    )
-
-
-def _slice(block: PointBlock, count: int) -> PointBlock:
-    return PointBlock(
-        block.steps[:count], block.series_ids[:count], block.times_us[:count], block.values[:count]
-    )
-
-
-def _unordered_ties(steps: Int64s, times: Int64s) -> bool:
-    """Whether points at one step are out of time order (sorted steps assumed)."""
-    tie = np.diff(steps) == 0
-    return bool(np.any(tie & (np.diff(times) < 0)))
-
-
-def _concat(blocks: Sequence[PointBlock]) -> PointBlock:
-    blocks = [block for block in blocks if len(block)]
-    if not blocks:
-        return PointBlock.empty()
-    if len(blocks) == 1:
-        return blocks[0]
-    return PointBlock(
-        np.concatenate([b.steps for b in blocks]),
-        np.concatenate([b.series_ids for b in blocks]),
-        np.concatenate([b.times_us for b in blocks]),
-        np.concatenate([b.values for b in blocks]),
-    )
-
-
-def _first(block: PointBlock, limit: int) -> PointBlock:
-    """The block's first ``limit`` points in (step, series id, time) order."""
-    steps, sids, times = block.steps, block.series_ids, block.times_us
-    if len(steps) > 1:
-        # chunks of one series that do not overlap come in order already: no sort then
-        same = np.diff(steps) == 0
-        ordered = np.all(
-            (np.diff(steps) > 0)
-            | (same & (np.diff(sids) > 0))
-            | (same & (np.diff(sids) == 0) & (np.diff(times) >= 0))
-        )
-        if not ordered:
-            order = np.lexsort((times, sids, steps))[:limit]
-            return PointBlock(steps[order], sids[order], times[order], block.values[order])
-    if len(steps) <= limit:
-        return block
-    return PointBlock(steps[:limit], sids[:limit], times[:limit], block.values[:limit])
