@@ -19,6 +19,7 @@ from mldiag_schemas.columnar import (
     FrameError,
     decode_frame,
     encode_frame,
+    int64s_within,
     is_frame,
     read_layout,
 )
@@ -114,6 +115,18 @@ def test_any_columns_round_trip(series: list[tuple[list[int], bool]]) -> None:
         assert list(got.steps) == steps
         assert list(got.values) == values
         assert (None if got.times is None else list(got.times)) == times
+
+
+@given(
+    st.lists(st.integers(-(2**63), 2**63 - 1), max_size=30),
+    st.sampled_from([0, 1, 255, 256, 2**56 - 1, 2**56, MAX_TIME_US, 2**62, MAX_STEP]),
+)
+@settings(max_examples=300)
+def test_the_fast_range_check_agrees_with_brute_force(items: list[int], high: int) -> None:
+    near = [high, high + 1, -1, 0, high - 1] if high < MAX_STEP else [high, -1, 0]
+    for column in (items, [*items, *near[:2]], near):
+        expected = all(0 <= item <= high for item in column)
+        assert int64s_within(array("q", column), high) is expected
 
 
 def _frame() -> bytes:

@@ -17,6 +17,7 @@ Stdlib only (``schemas`` depends on pydantic alone): columns decode to ``array.a
 from __future__ import annotations
 
 import json
+import re
 import struct
 import sys
 from array import array
@@ -207,6 +208,28 @@ def read_column(data: bytes | bytearray | memoryview, at: int, count: int, typec
     if _SWAP:
         column.byteswap()
     return column
+
+
+_TOP = 0 if _SWAP else _ITEM - 1
+"""Offset of an int64's most significant byte in memory."""
+_AT_LEAST: dict[int, re.Pattern[bytes]] = {}
+
+
+def int64s_within(column: array[int], high: int) -> bool:
+    """Whether every item of an int64 ``column`` lies within ``0 .. high`` (``high`` >= 0),
+    at C speed: the items' most significant bytes, copied out as one ``bytes``, are searched
+    for one at or above ``high``'s (a negative item's is 0x80 or more); only when one is
+    found are the items compared (``min``/``max``, a Python object per item)."""
+    if not column:
+        return True
+    limit = min(high >> 56, 0x7F)
+    pattern = _AT_LEAST.get(limit)
+    if pattern is None:
+        pattern = _AT_LEAST[limit] = re.compile(b"[" + re.escape(bytes([limit])) + b"-\xff]")
+    tops = column.tobytes()[_TOP::_ITEM]  # a copy and a strided slice, both at C speed
+    if pattern.search(tops) is None:
+        return True
+    return min(column) >= 0 and max(column) <= high
 
 
 def decode_frame(data: bytes | bytearray | memoryview) -> tuple[dict[str, Any], list[Columns]]:

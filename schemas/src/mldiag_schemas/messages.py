@@ -162,9 +162,6 @@ _CURRENT_VERSIONS = {cls.model_fields["type"].default: cls.SCHEMA_VERSION for cl
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(BusMessage)
 
 
-_COLUMN_FIELDS = {"steps", "values", "times_unix_us"}
-
-
 def content_type_of(message: Envelope) -> str:
     """The media type :func:`encode_message` writes ``message`` in."""
     if isinstance(message, MetricPointsReceived):
@@ -179,8 +176,15 @@ def encode_message(message: Envelope) -> bytes:
     if not isinstance(message, MetricPointsReceived):
         return message.model_dump_json().encode()
     header = message.model_dump(mode="json", exclude={"series"})
+    # Built by hand: MetricColumns' serializer would turn every column into a list first.
     header["series"] = [
-        columns.model_dump(mode="json", exclude=_COLUMN_FIELDS) for columns in message.series
+        {
+            "name": columns.name,
+            "host": columns.host,
+            "processIndex": columns.process_index,
+            "labels": columns.labels,
+        }
+        for columns in message.series
     ]
     return columnar.encode_frame(
         header,
@@ -246,10 +250,10 @@ def _parse_frame(raw: bytes) -> MetricPointsReceived:
         times = None
         if place.times_at is not None:
             times = columnar.read_column(raw, place.times_at, place.count, "q")
-        # int64 bounds MAX_STEP already; what is left are the lower bound and the times'.
-        if steps and min(steps) < 0:
+        if not columnar.int64s_within(steps, MAX_STEP):
             raise ValueError(f"series {index}: steps must lie within 0 .. {MAX_STEP}")
-        if times and (min(times) < MIN_TIME_US or max(times) > MAX_TIME_US):
+        # MIN_TIME_US is the epoch, 0: the lower bound int64s_within checks
+        if times is not None and not columnar.int64s_within(times, MAX_TIME_US):
             raise ValueError(
                 f"series {index}: times must lie within {MIN_TIME_US} .. {MAX_TIME_US} µs"
             )
