@@ -33,6 +33,7 @@ from mldiag.local.config import SERVICES, ServiceSpec
 from mldiag.local.nats_cluster import NatsCluster
 from mldiag.local.postgres import EmbeddedPostgres
 from mldiag_schemas.bus import TELEMETRY, Namespace
+from run_registry.helpers import stored_points
 
 REGISTRY_SCHEMA = "run_registry"
 NAN_EVENT = '%"kind":"non_finite"%'
@@ -338,15 +339,16 @@ class Books:
 
 async def read_books(database_url: str, run_ids: list[str]) -> Books:
     """Count what the registry stored for ``run_ids``."""
+    # points live in compressed chunks: counted through the registry's own repository
+    pool = await asyncpg.create_pool(
+        database_url, min_size=1, max_size=2, server_settings={"search_path": REGISTRY_SCHEMA}
+    )
+    try:
+        rows, distinct = await stored_points(pool, REGISTRY_SCHEMA, run_ids)
+    finally:
+        await pool.close()
     conn = await asyncpg.connect(database_url, timeout=5)
     try:
-        points = await conn.fetchrow(
-            f"SELECT count(*) AS rows, count(DISTINCT (p.series_id, p.step)) AS distinct"
-            f" FROM {REGISTRY_SCHEMA}.metric_points p"
-            f" JOIN {REGISTRY_SCHEMA}.metric_series s USING (series_id)"
-            " WHERE s.run_id = ANY($1)",
-            run_ids,
-        )
         # The body is JSON text (its evidence may hold NaN, which jsonb refuses).
         events = await conn.fetch(
             f"SELECT run_id, count(*) FILTER (WHERE body LIKE $2) AS nan,"
@@ -366,8 +368,8 @@ async def read_books(database_url: str, run_ids: list[str]) -> Books:
     finally:
         await conn.close()
     return Books(
-        rows=points["rows"],
-        distinct=points["distinct"],
+        rows=rows,
+        distinct=distinct,
         events={row["run_id"]: row["nan"] for row in events if row["nan"]},
         spurious=sum(row["other"] for row in events),
         analysed=analyses["analysed"],

@@ -18,6 +18,7 @@ from mldiag_run_registry.metrics.service import MetricsService
 from mldiag_run_registry.runs.repository import RunRepository
 from mldiag_run_registry.runs.service import RunService
 from mldiag_schemas.telemetry import MetricPoint, MetricPointsReceived
+from run_registry.helpers import stored_points
 from support import failing_once, wait_until
 
 pytestmark = pytest.mark.connected
@@ -68,12 +69,11 @@ async def _check_stored_once(bus: Bus, pool: asyncpg.Pool, db_schema: str, fail:
     await publisher.publish_many(messages)
 
     async def stored() -> int:
-        count: int = await pool.fetchval("SELECT count(*) FROM metric_points")
-        return count
+        return (await stored_points(pool, db_schema, ["run-1"]))[0]
 
     await wait_until(stored, accept=lambda n: n >= 30)
     await wait_until(lambda: asyncio.sleep(0, deliveries_seen), accept=lambda seen: max(seen) >= 2)
     await asyncio.sleep(0.5)  # let any stray redelivery arrive before counting
     assert await stored() == 30
-    assert await pool.fetchval("SELECT count(DISTINCT step) FROM metric_points") == 30
+    assert await stored_points(pool, db_schema, ["run-1"]) == (30, 30)
     assert max(deliveries_seen) == 2  # redelivered once, then acked
