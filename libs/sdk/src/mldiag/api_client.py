@@ -268,7 +268,48 @@ class RegistryClient(_ScopedClient):
         """Soft-delete a run (checking ``etag`` when given). Answers a done operation."""
         return self._call("DELETE", f"/machineLearningRuns/{run_id}", params={"etag": etag})
 
+    def purge_run(self, run_id: str) -> JsonObject:
+        """Remove a soft-deleted run for good: its metrics, events, logs, profiles and the run
+        itself. Answers what was removed; ``run_not_deleted`` for a live run."""
+        return self._call("POST", f"/machineLearningRuns/{run_id}:purge")
+
     # metrics
+
+    def export_metric(
+        self,
+        run_id: str,
+        metric: str,
+        export_format: str = "csv",
+        *,
+        start_step: int | None = None,
+        end_step: int | None = None,
+    ) -> Iterator[bytes]:
+        """A whole metric (every series) as CSV or JSON Lines, as the registry streams it
+        (``GET …/metrics:export``): bounded memory, however long the metric.
+
+        Raises the API's error (``run_not_found``, ``invalid_export_format`` …) before the
+        first byte, or :class:`ApiUnreachable`.
+        """
+        params = {
+            "metric": metric,
+            "format": export_format,
+            "startStep": start_step,
+            "endStep": end_step,
+        }
+        path = f"{self._prefix}/machineLearningRuns/{run_id}/metrics:export"
+        # no read timeout: a big export takes a while, and its bytes keep coming
+        timeout = httpx.Timeout(None, connect=self._http.timeout.connect)
+        try:
+            with self._http.stream(
+                "GET", path, params=_drop_empty(params), timeout=timeout
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise self._error(response)
+                yield from response.iter_raw()
+        except httpx.TransportError as error:
+            detail = str(error) or type(error).__name__
+            raise ApiUnreachable(self.base_url, detail, service=self._service) from error
 
     def list_metrics(self, run_id: str) -> JsonObject:
         """The run's metric names with point counts and highest steps."""

@@ -8,9 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-import httpx
-
-from mldiag.api_client import ApiUnreachable, JsonObject, RegistryClient
+from mldiag.api_client import JsonObject
 from mldiag.cli.common import (
     Context,
     UsageError,
@@ -225,41 +223,6 @@ def _metrics_get(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
-def export_chunks(
-    client: RegistryClient,
-    run_id: str,
-    metric: str,
-    export_format: str,
-    *,
-    start_step: int | None = None,
-    end_step: int | None = None,
-) -> Iterator[bytes]:
-    """The export's bytes as the registry streams them (``GET …/metrics:export``).
-
-    Raises the API's error (``run_not_found``, ``invalid_export_format`` …) before the first
-    byte, or :class:`~mldiag.api_client.ApiUnreachable`.
-    """
-    # The client has no streaming read of its own yet: this uses its connection, prefix and
-    # error reading (RegistryClient.export_metric is where it belongs).
-    params: dict[str, str | int] = {"metric": metric, "format": export_format}
-    if start_step is not None:
-        params["startStep"] = start_step
-    if end_step is not None:
-        params["endStep"] = end_step
-    path = f"{client._prefix}/machineLearningRuns/{run_id}/metrics:export"
-    http = client._http
-    timeout = httpx.Timeout(None, connect=http.timeout.connect)  # a big export takes a while
-    try:
-        with http.stream("GET", path, params=params, timeout=timeout) as response:
-            if response.status_code >= 400:
-                response.read()
-                raise client._error(response)
-            yield from response.iter_raw()
-    except httpx.TransportError as error:
-        detail = str(error) or type(error).__name__
-        raise ApiUnreachable(client.base_url, detail) from error
-
-
 def _write_all(chunks: Iterator[bytes], out: IO[bytes]) -> int:
     written = 0
     for chunk in chunks:
@@ -276,8 +239,7 @@ def _metrics_export(ctx: Context, args: argparse.Namespace) -> int:
         and args.start_step > args.end_step
     ):
         raise UsageError("--start-step must not be greater than --end-step")
-    chunks = export_chunks(
-        ctx.client,
+    chunks = ctx.client.export_metric(
         args.run,
         args.metric,
         args.export_format,

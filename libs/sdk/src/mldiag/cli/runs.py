@@ -275,9 +275,7 @@ _PURGED = (
 
 
 def _runs_purge(ctx: Context, args: argparse.Namespace) -> int:
-    # RegistryClient has no purge_run yet (mldiag/api_client.py is another change's): the
-    # client's own request path, so auth, errors and --api-url behave as for every verb.
-    purged = ctx.client._call("POST", f"/machineLearningRuns/{args.run}:purge")
+    purged = ctx.client.purge_run(args.run)
     run_id = str(purged.get("name", args.run)).rsplit("/", 1)[-1]
 
     def summary() -> str:
