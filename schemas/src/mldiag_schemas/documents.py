@@ -57,6 +57,7 @@ from mldiag_schemas.profiling import (
     StartXProfRequest,
     XProfInstance,
 )
+from mldiag_schemas.retention import PurgedRun, RetentionPolicy, UpdateRetentionPolicyRequest
 from mldiag_schemas.runs import (
     ConfigsDiffResponse,
     CreateRunRequest,
@@ -112,6 +113,9 @@ RESOURCE_TYPES: tuple[type[BaseModel], ...] = (
     ListAnalysesResponse,
     GoodputResponse,
     ProjectMonitoringRules,
+    RetentionPolicy,
+    UpdateRetentionPolicyRequest,
+    PurgedRun,
     ProfilerSession,
     ListProfilerSessionsResponse,
     ProfilerSessionReport,
