@@ -14,9 +14,10 @@ driven by Playwright (never a downloaded one).
    in 100k-point requests, 4 at a time; the clock stops when the registry's
    ``GET .../metrics`` counts every point.
 1. mldiag: ``#/runs/<run>/metrics`` in a fresh browser context per repetition (cold HTTP
-   cache, token put in localStorage before the page loads): navigation start to the
-   console's ``mldiag:first-chart`` mark, and to all 3 charts ``data-ready``. One discarded
-   warm-up repetition first. Where the time goes: the page's waterfall (every request's start,
+   cache, token put in localStorage before the page loads; the console rebuilt first when its
+   sources are newer than the build): navigation start to the console's
+   ``mldiag:first-chart`` mark, and to all 3 charts ``data-ready``. One discarded warm-up
+   repetition first. Where the time goes: the page's waterfall (every request's start,
    first byte and end, and the console's own marks, p50 from navigation start) and the
    registry's time per route during the visits (its ``http.request.handled`` log lines).
    With ``--baseline REV`` the console as built from revision REV's sources is visited too,
@@ -183,8 +184,15 @@ def _auth(token: str) -> dict[str, str]:
 
 
 def _ensure_console() -> str:
-    """Build the console when it is not built; the version of uPlot it bundles."""
-    if not (BUILT_DIR / "index.html").is_file() or not (UPLOT / "dist").is_dir():
+    """Build the console when its build is missing or older than its sources (make decides);
+    the version of uPlot it bundles."""
+    stale = subprocess.run(
+        ["make", "-q", "console"],  # noqa: S607  # the repo's make; exit 1: not up to date
+        cwd=ROOT,
+        check=False,
+        capture_output=True,
+    )
+    if stale.returncode != 0 or not (UPLOT / "dist").is_dir():
         emit("# building the console (make console)")
         subprocess.run(["make", "console"], cwd=ROOT, check=True)  # noqa: S607  # the repo's make
     version: str = json.loads((UPLOT / "package.json").read_text())["version"]
