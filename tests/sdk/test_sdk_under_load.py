@@ -21,7 +21,7 @@ import pytest
 import mldiag
 from mldiag.config import Settings
 from mldiag.pipeline import Pipeline
-from mldiag.spool import MemoryQueue
+from mldiag.spool import MemoryQueue, Spool, SpoolError
 from mldiag.transport import Outcome, Result
 from sdk.fake_platform import FakePlatform
 
@@ -257,3 +257,31 @@ def test_a_caller_over_the_bound_spills_only_while_it_still_is(
     pipeline._spill(2 * 50 + 1 if waiting else 51)
     assert pipeline.spilled == (0 if waiting else 1)
     run.finish(timeout=0.2)
+
+
+def test_a_sender_that_outlives_close_releases_the_spool_when_it_exits(tmp_path: Path) -> None:
+    directory = tmp_path / "run" / "host-p0"
+    created = threading.Event()
+
+    def slow_create(timeout: float) -> bool:
+        created.wait(2)  # creating the run takes longer than close allows
+        return True
+
+    pipeline = Pipeline(
+        Settings(flush_interval=0.05),
+        Spool(directory, "run"),
+        Recorder(),  # type: ignore[arg-type]
+        StepsEncoder(),  # type: ignore[arg-type]
+        before_send=slow_create,
+    )
+    pipeline.start()
+    pipeline.put(0, {"loss": 1.0}, None)
+    assert pipeline.close(timeout=0.1) is False
+    with pytest.raises(SpoolError):  # the sender still reads it: the lock is still held
+        Spool(directory, "run")
+    created.set()
+    pipeline._sender.join(5)
+    assert not pipeline._sender.is_alive()
+    again = Spool(directory, "run")  # released: a later process (or run) can replay it
+    assert sum(1 for _ in again.records()) == 1
+    again.close()

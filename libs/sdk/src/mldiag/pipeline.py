@@ -92,7 +92,16 @@ class Pipeline:
         self._collector = threading.Thread(
             target=self._collect_loop, name="mldiag-collector", daemon=True
         )
-        self._sender = threading.Thread(target=self._send_loop, name="mldiag-sender", daemon=True)
+        # Who closes the spool: ``close``, or the sender as it exits when ``close`` gave up
+        # waiting for it (a slow request, the run's creation), so the lock is released
+        # once nothing reads the spool any more, never while something does.
+        self._release_lock = threading.Lock()
+        self._release_requested = False
+        self._sender_exited = False
+        self._released = False
+        self._sender = threading.Thread(
+            target=self._send_then_release, name="mldiag-sender", daemon=True
+        )
 
     def start(self) -> None:
         """Start both threads."""
@@ -217,12 +226,24 @@ class Pipeline:
 
     # -- sender ------------------------------------------------------------------------
 
+    def _send_then_release(self) -> None:
+        try:
+            self._send_loop()
+        finally:
+            with self._release_lock:
+                self._sender_exited = True
+                release = self._release_requested
+            if release:
+                self._guard(self._release)
+
     def _send_loop(self) -> None:
         backoff = 0.0
         while True:
-            if self._stopping.is_set() and time.monotonic() >= self._deadline:
+            if self._past_deadline():
                 return
             self._run_hook()
+            if self._past_deadline():  # creating the run may have taken the time left
+                return
             record, queue = self._next()
             if record is None:
                 self._idle.set()
@@ -273,6 +294,9 @@ class Pipeline:
             orphan.close()
             self._orphans.pop(0)
         return self._queue.peek(), self._queue
+
+    def _past_deadline(self) -> bool:
+        return self._stopping.is_set() and time.monotonic() >= self._deadline
 
     def _remaining(self) -> float:
         return self._deadline - time.monotonic()
@@ -362,11 +386,22 @@ class Pipeline:
                 "mldiag.spool.unwritten batches=%d (lost at exit: the spool refused them)",
                 len(self._unspooled),
             )
-        if not self._sender.is_alive():
-            self._queue.close()
-            for orphan in self._orphans:
-                orphan.close()
+        with self._release_lock:
+            self._release_requested = True
+            # A sender still running (or never started) is left to release the spool itself.
+            release = self._sender_exited or self._sender.ident is None
+        if release:
+            self._guard(self._release)
         return done
+
+    def _release(self) -> None:
+        """Close the spool and the orphans (their locks go with them); once."""
+        if self._released:
+            return
+        self._released = True
+        self._queue.close()
+        for orphan in self._orphans:
+            orphan.close()
 
     def _guard(self, action: Callable[[], object]) -> bool:
         """Run ``action``; a failure of the SDK is logged, never raised into training."""
