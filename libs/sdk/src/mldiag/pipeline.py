@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import collections
-import gzip
 import json
 import logging
 import random
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from mldiag.config import Settings
-from mldiag.encoding import Encoder, Entry
+from mldiag.encoding import Encoder, Entry, decode_body
 from mldiag.spool import BatchQueue, Record, Spool
 from mldiag.transport import MetricsWriter, Outcome, Result
 
@@ -336,7 +335,7 @@ class Pipeline:
             "runId": run_id,
             "status": result.status,
             "detail": result.detail,
-            "request": json.loads(gzip.decompress(record.payload)),
+            "request": decode_body(record.payload),  # a frame or (older spools) gzipped JSON
         }
         with (self._dead_letter_dir / f"{run_id}.jsonl").open("a") as out:
             out.write(json.dumps(line) + "\n")
