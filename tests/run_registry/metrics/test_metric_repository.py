@@ -403,11 +403,18 @@ async def test_purging_a_run_removes_all_its_metric_rows_and_nothing_else(store:
     stored = await store.pool.fetchval(
         "SELECT sum(point_count) FROM metric_series WHERE run_id = 'run-a'"
     )
+    ledger = await store.pool.fetchval(
+        "SELECT count(*) FROM metric_messages WHERE run_id = 'run-a'"
+    )
     assert await store.repository.purge_run("run-a") == stored
-    for table in ("metric_series", "metric_messages"):
-        assert (
-            await store.pool.fetchval(f"SELECT count(*) FROM {table} WHERE run_id = 'run-a'") == 0
-        )
+    assert (
+        await store.pool.fetchval("SELECT count(*) FROM metric_series WHERE run_id = 'run-a'") == 0
+    )
+    # the ledger stays: a late redelivery of the purged run's messages stores nothing
+    assert (
+        await store.pool.fetchval("SELECT count(*) FROM metric_messages WHERE run_id = 'run-a'")
+        == ledger
+    )
     ids = [r["series_id"] for r in await store.pool.fetch("SELECT series_id FROM metric_series")]
     assert (
         await store.pool.fetchval(
@@ -420,6 +427,17 @@ async def test_purging_a_run_removes_all_its_metric_rows_and_nothing_else(store:
         range(120)
     )
     assert await store.repository.purge_run("run-a") == 0
+
+
+async def test_a_message_redelivered_after_its_run_was_purged_stores_nothing(
+    store: Store,
+) -> None:
+    message = _message("run-c", MetricColumns(name="loss", steps=[1, 2], values=[0.5, 0.25]))
+    assert (await store.repository.store_messages([message], {"run-c": "p1"})).points == 2
+    assert await store.repository.purge_run("run-c") == 2
+    again = await store.repository.store_messages([message], {"run-c": "p1"})
+    assert (again.points, again.messages) == (0, 0)
+    assert await store.repository.list_series(["run-c"], None) == []
 
 
 async def test_compaction_merges_small_chunks_without_changing_a_point(store: Store) -> None:

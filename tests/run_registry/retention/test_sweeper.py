@@ -109,6 +109,26 @@ async def test_metric_data_of_runs_ended_long_ago_expires_once(retention: Retent
     assert again.runs_expired == 0  # each run expires once
 
 
+async def test_small_chunks_are_compacted_and_old_ledger_ids_forgotten(
+    retention: Retention,
+) -> None:
+    await new_run(retention, "live", "p3")  # no policy: compaction still happens
+    for _ in range(4):  # a live run's few steps per batch: a small chunk per batch
+        await store_points(retention, "live", "p3", steps=10)
+    series = await series_of(retention, "live")
+    small = await chunks_of(retention, series)
+    assert small == 8  # 4 batches x 2 metrics
+
+    summary = await retention.sweeper.sweep(TODAY)
+    assert summary.chunks_compacted == small - len(series)
+    assert await chunks_of(retention, series) == len(series)
+    assert summary.ledger_pruned == 0  # ids stored today are kept
+
+    summary = await retention.sweeper.sweep(TODAY + timedelta(days=31))
+    assert summary.ledger_pruned == 4
+    assert await retention.pool.fetchval("SELECT count(*) FROM metric_messages") == 0
+
+
 async def test_runs_deleted_long_ago_are_purged(retention: Retention) -> None:
     await _set_policy(retention, "keep", deletedRunsDays=0)  # deleted runs kept forever
     await _set_policy(retention, "short", deletedRunsDays=3)

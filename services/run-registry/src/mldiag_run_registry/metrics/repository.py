@@ -897,6 +897,13 @@ class MetricsRepository:
             log.info("metrics.chunks.compacted", project=project, chunks=merged)
         return merged
 
+    async def projects_with_points(self) -> list[str]:
+        """Every project with a point partition (whatever its retention policy)."""
+        rows = await self._pool.fetch(
+            "SELECT DISTINCT project FROM metric_chunk_partitions ORDER BY project"
+        )
+        return [row["project"] for row in rows]
+
     async def expire_points(self, project: str, before_day: int) -> int:
         """Drop every chunk partition of ``project`` whose days all lie before
         ``before_day`` (days since 1970-01-01 UTC), with its bookkeeping row, in one
@@ -943,8 +950,12 @@ class MetricsRepository:
         return int(removed)
 
     async def purge_run(self, run_id: str) -> int:
-        """Delete every chunk, rollup, series and ledger row of a run deleted for good, in
-        one transaction; return how many points were removed."""
+        """Delete every chunk, rollup and series of a run deleted for good, in one
+        transaction; return how many points were removed.
+
+        The run's ledger rows stay (``prune_ledger`` ages them out): a message of the run
+        redelivered or replayed after the purge still stores nothing, instead of bringing
+        back a fragment of the run."""
         async with self._pool.acquire() as conn, conn.transaction():
             series_ids = [
                 row["series_id"]
@@ -961,7 +972,6 @@ class MetricsRepository:
                 "DELETE FROM metric_rollups WHERE series_id = ANY($1::bigint[])", series_ids
             )
             await conn.execute("DELETE FROM metric_series WHERE run_id = $1", run_id)
-            await conn.execute("DELETE FROM metric_messages WHERE run_id = $1", run_id)
         return int(removed)
 
 

@@ -51,6 +51,10 @@ log = structlog.get_logger(__name__)
 _EPOCH = date(1970, 1, 1)
 _POLICY_FIELDS = ("raw_points_days", "rollups_days", "deleted_runs_days")
 
+LEDGER_DAYS = 30
+"""Days the ids of stored point messages are kept: well past the oldest redelivery or
+replay the TELEMETRY stream allows (its messages live 7 days), so a replay stores nothing."""
+
 SWEEP_BATCH = 100
 """Runs expired or purged per project and pass: a first pass over years of runs stays
 short, and the next pass goes on."""
@@ -65,7 +69,20 @@ class MetricRetention(Protocol):
         ...
 
     async def purge_run(self, run_id: str) -> int:
-        """Remove every point, rollup, series and ledger row of the run; points removed."""
+        """Remove every point, rollup and series of the run; points removed."""
+        ...
+
+    async def projects_with_points(self) -> list[str]:
+        """Every project with stored points."""
+        ...
+
+    async def compact_chunks(self, project: str) -> int:
+        """Merge the project's small point chunks (live runs' few points per batch) into
+        full ones; how many were merged away."""
+        ...
+
+    async def prune_ledger(self, stored_before: datetime) -> int:
+        """Forget the ids of point messages stored before ``stored_before``; how many."""
         ...
 
 
@@ -307,6 +324,8 @@ class SweepSummary:
     partitions_dropped: int = 0
     runs_expired: int = 0
     runs_purged: int = 0
+    chunks_compacted: int = 0
+    ledger_pruned: int = 0
     failed_projects: list[str] = field(default_factory=list)
     skipped: bool = False
     """Another replica held the sweep: this one did nothing."""
@@ -325,8 +344,10 @@ class RetentionSweeper:
         purger: RunPurger,
         *,
         batch: int = SWEEP_BATCH,
+        ledger_days: int = LEDGER_DAYS,
     ) -> None:
         self._policies = policies
+        self._ledger_age = timedelta(days=ledger_days)
         self._repository = repository
         self._runs = runs
         self._metrics = metrics
@@ -344,7 +365,11 @@ class RetentionSweeper:
                 log.info("retention.sweep_skipped", reason="another replica is sweeping")
                 return summary
             stored = await self._policies.stored_policies()
-            projects = sorted(set(stored) | set(await self._runs.projects_with_deleted_runs()))
+            projects = sorted(
+                set(stored)
+                | set(await self._runs.projects_with_deleted_runs())
+                | set(await self._metrics.projects_with_points())  # for compaction
+            )
             for project in projects:
                 policy = stored.get(project) or self._policies.default_policy(project)
                 try:
@@ -358,12 +383,15 @@ class RetentionSweeper:
                         exc_info=True,
                     )
                 summary.projects += 1
+            summary.ledger_pruned = await self._metrics.prune_ledger(now - self._ledger_age)
         log.info(
             "retention.swept",
             projects=summary.projects,
             partitions_dropped=summary.partitions_dropped,
             runs_expired=summary.runs_expired,
             runs_purged=summary.runs_purged,
+            chunks_compacted=summary.chunks_compacted,
+            ledger_pruned=summary.ledger_pruned,
             failed_projects=summary.failed_projects,
             seconds=round(time.perf_counter() - started, 3),
         )
@@ -374,6 +402,7 @@ class RetentionSweeper:
         if policy.raw_points_days > 0:
             before_day = day_number(now) - policy.raw_points_days
             summary.partitions_dropped += await self._metrics.expire_points(project, before_day)
+        summary.chunks_compacted += await self._metrics.compact_chunks(project)
         if policy.rollups_days > 0:
             cutoff = now - timedelta(days=policy.rollups_days)
             for run_id in await self._runs.ended_unexpired_before(project, cutoff, self._batch):
