@@ -102,6 +102,8 @@ export function startPrefetch(hash: string = location.hash, now: () => number = 
   void list?.answer.then((answer) => {
     if (!answer.ok) return;
     const metrics = (JSON.parse(answer.text) as { metrics?: { name: string }[] }).metrics ?? [];
+    // All at once: the first chart's read going alone (the others after it) made it shorter
+    // but the first chart no sooner and the last later (benchmarks/console_first_chart.py).
     for (const name of firstCharts(metrics.map((metric) => metric.name))) {
       const url = chartReadUrl(route.runId, name, chart);
       early.set(url, { answer: read(url, token), token, startedAt: now() });

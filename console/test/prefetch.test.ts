@@ -31,6 +31,9 @@ function browser(token: string | null): { asked: { url: string; auth: string | n
   return { asked };
 }
 
+/** Until the early reads a test started have all gone out (the charts' follow the list's). */
+const settled = (): Promise<void> => new Promise((resolve) => setTimeout(resolve, 20));
+
 afterEach(() => {
   delete globals["localStorage"];
   delete globals["__mldiagPrefetch"];
@@ -70,6 +73,7 @@ test("an early read is taken once, by a client with the token it was sent with",
   assert.ok(list);
   assert.equal(JSON.parse((await list).text).url, "/v1/machineLearningRuns/r1/metrics");
   assert.equal(takePrefetched("/v1/machineLearningRuns/r1/metrics", "secret", () => 5), null); // once
+  await settled(); // the charts' reads that follow the list
 });
 
 test("an early read older than the limit is not used", () => {
@@ -119,7 +123,7 @@ test("the first charts are the metrics tab's first, by section then name", () =>
 test("a metrics tab's first charts are read once the list is in, and taken by a chart they serve", async () => {
   const { asked } = browser("secret");
   startPrefetch("#/runs/r1/metrics", () => 0, () => 1280);
-  await new Promise((resolve) => setTimeout(resolve, 10)); // the list comes in
+  await settled(); // the list comes in, then the charts' reads go out
   const reads = asked.slice(3).map((a) => a.url);
   const read = { buckets: 389, groupBy: "none", withTimes: false };
   assert.deepEqual(reads, [
@@ -145,7 +149,7 @@ test("a metrics tab's first charts are read once the list is in, and taken by a 
 test("with hosts or time in the URL the early chart reads ask for them", async () => {
   const { asked } = browser("secret");
   startPrefetch("#/runs/r1/metrics?hosts=1&x=time", () => 0, () => 1280);
-  await new Promise((resolve) => setTimeout(resolve, 10));
+  await settled();
   assert.equal(asked[3]?.url, chartReadUrl("r1", "loss", { buckets: 400, groupBy: "host", withTimes: true }));
   assert.ok(takeEarlyChart("r1", "loss", { buckets: 389, groupBy: "host", withTimes: true }, "secret", () => 0));
 });
