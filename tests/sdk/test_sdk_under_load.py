@@ -94,6 +94,40 @@ def test_64_threads_logging_at_once_lose_nothing_and_duplicate_nothing(
     assert not list(tmp_path.glob("*/*/*.seg"))
 
 
+def test_the_buffer_bound_holds_with_64_threads_and_a_collector_asleep(
+    platform: FakePlatform, tmp_path: Path
+) -> None:
+    calls, bound = 200, 2_000
+    run = start(
+        platform.url, tmp_path, batch_points=500, max_buffered_points=bound, flush_interval=60
+    )
+    pipeline = run._pipeline
+    assert isinstance(pipeline, Pipeline)
+    wake = pipeline._wake_collector.set
+    pipeline._wake_collector.set = lambda: None  # type: ignore[method-assign]  # callers spill
+    largest = [0] * THREADS
+    gate = threading.Barrier(THREADS)
+
+    def work(index: int) -> None:
+        gate.wait()
+        for step in range(calls):
+            run.log(dict.fromkeys(METRICS, 1.0), step=step, labels={"thread": str(index)})
+            pending = pipeline.enqueued_points - pipeline._drained_points
+            largest[index] = max(largest[index], pending)
+
+    threads = [threading.Thread(target=work, args=(index,)) for index in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # Twice the bound, plus what the other threads appended before this one checked it.
+    assert max(largest) <= 2 * bound + THREADS * len(METRICS)
+    assert pipeline.spilled > 0
+    pipeline._wake_collector.set = wake  # type: ignore[method-assign]
+    assert run.finish() is True
+    assert sum(1 for _ in stored(platform)) == THREADS * calls * len(METRICS)
+
+
 def test_threads_that_leave_the_step_out_each_take_a_step_of_their_own(
     platform: FakePlatform, tmp_path: Path
 ) -> None:
