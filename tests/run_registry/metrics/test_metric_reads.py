@@ -236,6 +236,35 @@ async def test_pages_are_the_json_pydantic_wrote_and_their_tokens_cover_every_po
         assert read == expected
 
 
+async def test_pages_never_end_inside_points_equal_in_step_series_and_time(
+    store: Store,
+) -> None:
+    # the same step written again with the same time (a retried write under a new batch
+    # id): the keyset token cannot tell such points apart, so a page never splits them
+    base = to_unix_micros(NOW)
+    points = [Point(0, 0, base, 0.5)]
+    points += [Point(1, 0, base + 1, float(n)) for n in range(5)]
+    points += [Point(2, 0, base + 2, 2.0)]
+    await store.service.store([_message("run-b", METRIC, points)])
+    url = f"{RUNS}/run-b/metrics/{METRIC}"
+    for size in (1, 2, 3, 4, 6):
+        read: list[tuple[int, float]] = []
+        token, pages = "", 0
+        while True:
+            params: dict[str, Any] = {"pageSize": size}
+            if token:
+                params["pageToken"] = token
+            response = await store.api.get(url, params=params)
+            assert response.status_code == 200, response.text
+            answer = response.json()
+            read += [(point["step"], point["value"]) for point in answer["points"]]
+            token, pages = answer.get("nextPageToken", ""), pages + 1
+            if not token:
+                break
+        assert sorted(read) == sorted((p.step, p.value) for p in points), size
+        assert pages <= len(points)
+
+
 async def test_a_page_of_an_unknown_metric_is_empty(store: Store) -> None:
     answer = await store.api.get(f"{RUNS}/run-a/metrics/nothing")
     assert answer.content == b'{"metric":"nothing","points":[],"nextPageToken":""}'

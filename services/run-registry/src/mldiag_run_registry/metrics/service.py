@@ -22,7 +22,7 @@ from mldiag_platform.listing.paging import (
     token_int,
 )
 from mldiag_run_registry.lookup import RunFinder, RunLookup, SummaryWriter
-from mldiag_run_registry.metrics.blocks import PointBlock
+from mldiag_run_registry.metrics.blocks import PointBlock, same_key
 from mldiag_run_registry.metrics.errors import (
     InvalidBucketCount,
     InvalidGroupBy,
@@ -283,17 +283,25 @@ class MetricsService:
                 token_int(fields.get("i")),
                 token_int(fields.get("t")),
             )
-        block = await self._repository.read_points(project, list(series), size + 1, after)
-        token = ""
-        if len(block) > size:
-            block = _head(block, size)
-            token = encode_token(
-                {
-                    "s": int(block.steps[-1]),
-                    "i": int(block.series_ids[-1]),
-                    "t": int(block.times_us[-1]),
-                }
-            )
+        limit = size + 1
+        while True:
+            block = await self._repository.read_points(project, list(series), limit, after)
+            if len(block) <= size:
+                return PointsPage(metric, block, series, "")
+            end = _page_end(block, size, whole=len(block) < limit)
+            if end is not None:
+                break
+            limit *= 2  # more than a page of points equal in (step, series, time)
+        if end == len(block):  # that group ends the metric
+            return PointsPage(metric, block, series, "")
+        block = _head(block, end)
+        token = encode_token(
+            {
+                "s": int(block.steps[-1]),
+                "i": int(block.series_ids[-1]),
+                "t": int(block.times_us[-1]),
+            }
+        )
         return PointsPage(metric, block, series, token)
 
     async def export(
@@ -459,6 +467,22 @@ async def _coalesced(blocks: AsyncIterator[PointBlock], points: int) -> AsyncIte
             held, count = [], 0
     if count:
         yield concatenate(held)
+
+
+def _page_end(block: PointBlock, size: int, *, whole: bool) -> int | None:
+    """How many of ``block``'s points a page of ``size`` returns: a page never ends inside
+    a group of points equal in (step, series id, time) — the keyset token could not tell the
+    rest of the group from what was read, and they would be skipped. Such a group longer
+    than a page is returned whole; None when it may go on past ``block`` (not ``whole``)."""
+    end = size
+    while end > 0 and same_key(block, end - 1, end):
+        end -= 1
+    if end > 0:
+        return end
+    end = 1
+    while end < len(block) and same_key(block, 0, end):
+        end += 1
+    return end if end < len(block) or whole else None
 
 
 def _head(block: PointBlock, count: int) -> PointBlock:
