@@ -1,7 +1,6 @@
 """MLDIAG_MODE: how the mode is read, what ``disabled`` leaves undone (threads, sockets,
 files), and what ``offline`` writes instead of sending."""
 
-import gzip
 import json
 import logging
 import socket
@@ -14,6 +13,7 @@ import pytest
 
 import mldiag
 from mldiag.config import Mode, ModeError, resolve_mode
+from mldiag.encoding import decode_body
 from mldiag.offline import MANIFEST, offline_root
 from mldiag.spool import Spool
 from sdk.fake_platform import FakePlatform
@@ -102,7 +102,7 @@ def _batches(directory: Path, run_id: str) -> list[dict[str, Any]]:
     bodies = []
     for writer in sorted(path for path in directory.iterdir() if path.is_dir()):
         spool = Spool(writer, run_id)
-        bodies += [json.loads(gzip.decompress(record.payload)) for record in spool.records()]
+        bodies += [decode_body(record.payload) for record in spool.records()]
         spool.close()
     return bodies
 
