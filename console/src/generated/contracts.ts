@@ -1979,6 +1979,34 @@ export interface ProjectMonitoringRules {
   rules: { [key: string]: RuleOverride };
 }
 
+/**
+ * Answer of ``POST .../machineLearningRuns/{run}:purge``: what was removed for good.
+ *
+ * Counts are of what this call removed; a run purged before answers 404.
+ */
+export interface PurgedRun {
+  /** The purged run's resource name. */
+  name: string;
+  /** Raw metric points removed (the run's rollups, series and ledger went with them; points of weeks already dropped by the policy are not counted). */
+  metricPoints: number;
+  /** Workload events removed. */
+  events: number;
+  /** Analyzer reports removed. */
+  analyses: number;
+  /** Stored log chunks removed. */
+  logChunks: number;
+  /** Profiler sessions removed. */
+  profilerSessions: number;
+  /** Registered profiler servers removed. */
+  profilerTargets: number;
+  /** Profile files removed from object storage. */
+  objects: number;
+  /** Heartbeat rows removed. */
+  heartbeats: number;
+  /** Operations about the run removed. */
+  operations: number;
+}
+
 /** Install Python packages (sdists or wheels from object storage) and run a module. */
 export interface PythonPackageSpec {
   /** The prebuilt image (or environment) the package runs in. */
@@ -2157,6 +2185,26 @@ export interface Resources {
   acceleratorType: string;
   /** How many accelerators. */
   acceleratorCount: number;
+}
+
+/**
+ * A project's retention (``GET|PATCH .../retentionPolicy``, PATCH with ``updateMask``).
+ *
+ * Applied by the registry's background sweeper: raw points go a whole storage week at a
+ * time (a point is kept between ``rawPointsDays`` and ``rawPointsDays`` + 7 days), never
+ * row by row.
+ */
+export interface RetentionPolicy {
+  /** `projects/{p}/locations/{l}/retentionPolicy` (output-only). */
+  name: string;
+  /** Days raw metric points are kept after they were stored, rounded up to whole storage weeks; 0 keeps them forever. Charts keep answering from rollups. */
+  rawPointsDays: number;
+  /** Days after a run ended that its metric data (rollups, series, latest values) is kept; 0 keeps it forever. Never shorter than `rawPointsDays`. */
+  rollupsDays: number;
+  /** Days a deleted run (hidden from the API, its id taken) keeps its data before it is purged for good (its metrics, events, analyses, logs, profiles, heartbeats, operations and the run); 0 keeps deleted runs forever. */
+  deletedRunsDays: number;
+  /** When the policy last changed; unset: never set (output-only). */
+  updateTime: string | null;
 }
 
 /** A token's role: viewers read, editors also write, admins also manage tokens. */
@@ -2880,6 +2928,23 @@ export interface TuningJobStateChanged {
   trialsSucceeded: number;
   /** Trials INFEASIBLE so far. */
   trialsInfeasible: number;
+}
+
+/**
+ * Body of ``PATCH .../retentionPolicy``: the fields ``updateMask`` names (without a
+ * mask, the fields sent). A masked field left out of the body goes back to its default.
+ */
+export interface UpdateRetentionPolicyRequest {
+  /** Ignored (output-only). */
+  name: string;
+  /** See `RetentionPolicy.rawPointsDays`. */
+  rawPointsDays: number | null;
+  /** See `RetentionPolicy.rollupsDays`. */
+  rollupsDays: number | null;
+  /** See `RetentionPolicy.deletedRunsDays`. */
+  deletedRunsDays: number | null;
+  /** Ignored (output-only). */
+  updateTime: string | null;
 }
 
 /**
