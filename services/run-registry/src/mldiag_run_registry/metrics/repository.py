@@ -766,11 +766,12 @@ class MetricsRepository:
         projects = [project, ""] if project else [""]
         async with self._pool.acquire() as conn:
             hits = await conn.fetch(
-                # materialized: the probe's lower bound must reach the index condition
-                "WITH q AS MATERIALIZED (SELECT u.series_id, u.step,"
-                "  u.step - s.chunk_span AS low"
-                "  FROM unnest($1::bigint[], $2::bigint[]) AS u(series_id, step)"
-                "  JOIN metric_series s ON s.series_id = u.series_id)"
+                # materialized: the probe's lower bound must reach the index condition. The
+                # span is a key lookup per pair: a join let the planner hash every series of
+                # the store (a sequential scan of metric_series, growing with the store)
+                "WITH q AS MATERIALIZED (SELECT u.series_id, u.step, u.step - (SELECT"
+                "  s.chunk_span FROM metric_series s WHERE s.series_id = u.series_id) AS low"
+                "  FROM unnest($1::bigint[], $2::bigint[]) AS u(series_id, step))"
                 " SELECT q.series_id, q.step, h.first_step, h.last_step, h.last_time_us"
                 " FROM q CROSS JOIN LATERAL (SELECT k.first_step, k.last_step, k.last_time_us"
                 "  FROM metric_chunks k WHERE k.project = ANY($3::text[])"
