@@ -766,9 +766,11 @@ class MetricsRepository:
         projects = [project, ""] if project else [""]
         async with self._pool.acquire() as conn:
             hits = await conn.fetch(
-                # materialized: the probe's lower bound must reach the index condition. The
-                # span is a key lookup per pair: a join let the planner hash every series of
-                # the store (a sequential scan of metric_series, growing with the store)
+                # materialized, and OFFSET 0 keeping the lateral probe a probe: the lower
+                # bound must reach the index condition (flattened, the planner merge-joined
+                # every chunk of the series: 67 ms for 1000 probes instead of 4). The span is
+                # a key lookup per pair: a join let the planner hash every series of the
+                # store (a sequential scan of metric_series, growing with the store)
                 "WITH q AS MATERIALIZED (SELECT u.series_id, u.step, u.step - (SELECT"
                 "  s.chunk_span FROM metric_series s WHERE s.series_id = u.series_id) AS low"
                 "  FROM unnest($1::bigint[], $2::bigint[]) AS u(series_id, step))"
@@ -776,7 +778,7 @@ class MetricsRepository:
                 " FROM q CROSS JOIN LATERAL (SELECT k.first_step, k.last_step, k.last_time_us"
                 "  FROM metric_chunks k WHERE k.project = ANY($3::text[])"
                 "  AND k.series_id = q.series_id AND k.first_step BETWEEN q.low AND q.step"
-                "  AND k.last_step >= q.step) AS h",
+                "  AND k.last_step >= q.step OFFSET 0) AS h",
                 [series_id for series_id, _ in unique],
                 [step for _, step in unique],
                 projects,
@@ -799,7 +801,8 @@ class MetricsRepository:
                     " CROSS JOIN LATERAL (SELECT k.series_id, k.first_step, k.last_step,"
                     "  k.point_count, k.codec, k.data FROM metric_chunks k"
                     "  WHERE k.project = ANY($4::text[]) AND k.series_id = q.series_id"
-                    "  AND k.first_step = q.first_step AND k.last_step = q.last_step) AS c",
+                    "  AND k.first_step = q.first_step AND k.last_step = q.last_step OFFSET 0)"
+                    " AS c",
                     [key[0] for key in keys],
                     [key[1] for key in keys],
                     [key[2] for key in keys],
