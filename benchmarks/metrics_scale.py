@@ -28,7 +28,8 @@ S plus the slices, as the ledger ``metric_messages`` counts and the table prints
    buckets, ``metrics:latest`` of the 100-metric run, and a run list
    (``filter=labels.team="nlp" AND state="STATE_COMPLETED"``, ``orderBy=createTime desc``,
    ``pageSize=50``).
-3. ingest: ``--slice`` points (10 metrics, 1000 steps per request, JSON) written end to end by
+3. ingest: ``--slice`` points (10 metrics, 1000 steps per request, columnar frames as the
+   SDK sends them, or JSON with ``--encoding json``) written end to end by
    ``--clients`` client processes through ingestion's ``metrics:write`` into a run of their
    own, counted when committed (the ledger), ``--ingest-repeat`` times; the median counts (on
    a shared machine two tries of one size differ by up to 2x) and the empty store's is the
@@ -67,14 +68,17 @@ import sys
 import tempfile
 import time
 import uuid
+from array import array
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
 import numpy as np
+import numpy.typing as npt
 import structlog
 from _support import (
     cpu_seconds,
@@ -93,6 +97,7 @@ from _support import (
 from mldiag_platform.database import create_pool
 from mldiag_platform.settings import DatabaseSettings
 from mldiag_run_registry.metrics.repository import MetricsRepository
+from mldiag_schemas.columnar import CONTENT_TYPE, encode_frame
 from mldiag_schemas.ids import DEFAULT_PROJECT
 from mldiag_schemas.telemetry import (
     MAX_POINTS_PER_MESSAGE,
@@ -244,11 +249,26 @@ async def _fill(
 # --- the ingest slice over HTTP ----------------------------------------------------------
 
 
-def _client_bodies(client: int, steps: int) -> list[bytes]:
+def _packed(typecode: str, column: npt.NDArray[Any]) -> "array[Any]":
+    """A numpy column as the ``array`` the SDK packs (one copy, no objects per point)."""
+    packed = array(typecode)
+    packed.frombytes(column.astype("<i8" if typecode == "q" else "<f8").tobytes())
+    return packed
+
+
+def _client_bodies(client: int, steps: int, encoding: str) -> list[bytes]:
     rng = np.random.default_rng(client)
     bodies = []
     for start in range(0, steps, STEPS_PER_REQUEST):
         count = min(STEPS_PER_REQUEST, steps - start)
+        if encoding == "columnar":  # as the SDK sends them: one frame of packed columns
+            metas, columns = [], []
+            for m in range(METRICS):
+                step_arr, times, values = _loss(rng, start, count, tau=steps / 4)
+                metas.append({"name": f"m{m}", "host": f"client-{client}"})
+                columns.append((_packed("q", step_arr), _packed("d", values), _packed("q", times)))
+            bodies.append(encode_frame({"series": metas}, columns))
+            continue
         series = []
         for m in range(METRICS):
             step_arr, times, values = _loss(rng, start, count, tau=steps / 4)
@@ -272,15 +292,17 @@ def _http_client(
     url: str,
     client: int,
     steps: int,
+    encoding: str,
     ready: multiprocessing.synchronize.Event,
     go: multiprocessing.synchronize.Event,
 ) -> None:
-    bodies = _client_bodies(client, steps)
+    bodies = _client_bodies(client, steps, encoding)
+    content_type = CONTENT_TYPE if encoding == "columnar" else "application/json"
     with httpx.Client(timeout=120.0, headers=_auth()) as http:
         ready.set()
         go.wait()
         for body in bodies:
-            response = http.post(url, content=body, headers={"Content-Type": "application/json"})
+            response = http.post(url, content=body, headers={"Content-Type": content_type})
             response.raise_for_status()
 
 
@@ -292,7 +314,13 @@ async def _committed(conn: asyncpg.Connection) -> int:
 
 
 async def _ingest(
-    ingestion: str, run_id: str, db: str, points: int, clients: int, pids: list[int]
+    ingestion: str,
+    run_id: str,
+    db: str,
+    points: int,
+    clients: int,
+    pids: list[int],
+    encoding: str,
 ) -> tuple[int, float, list[float]]:
     """Write ``points`` through ingestion; (points, seconds until committed, CPU seconds of
     the processes ``pids`` and of the database's PostgreSQL backends meanwhile)."""
@@ -302,7 +330,8 @@ async def _ingest(
     go = ctx.Event()
     ready = [ctx.Event() for _ in range(clients)]
     procs = [
-        ctx.Process(target=_http_client, args=(url, c, steps, ready[c], go)) for c in range(clients)
+        ctx.Process(target=_http_client, args=(url, c, steps, encoding, ready[c], go))
+        for c in range(clients)
     ]
     for proc in procs:
         proc.start()
@@ -487,6 +516,12 @@ def _arguments() -> argparse.Namespace:
         "--ingest-repeat", type=int, default=3, help="ingest slices per size; the median counts"
     )
     parser.add_argument(
+        "--encoding",
+        choices=("columnar", "json"),
+        default="columnar",
+        help="the ingest slice's request bodies: columnar frames (as the SDK sends) or JSON",
+    )
+    parser.add_argument(
         "--keep", action="store_true", help="keep the database afterwards (to EXPLAIN reads)"
     )
     return parser.parse_args()
@@ -521,7 +556,7 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
         f" --sizes {','.join(str(s) for s in args.sizes)} --slice {args.slice}"
         f" --clients {args.clients} --runs {args.runs} --big-share {args.big_share}"
         f" --fill-tasks {args.fill_tasks} --ingest-repeat {args.ingest_repeat}"
-        + (" --keep" if args.keep else "")
+        f" --encoding {args.encoding}" + (" --keep" if args.keep else "")
     )
     data_dir = pg["data"] or "/"
     free = free_disk_bytes(data_dir)
@@ -580,7 +615,9 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
             # A process's first writes pay for its connections, prepared statements and
             # JetStream consumer; warm them so the empty store's rate is the steady one.
             _create_run(api, f"warmup-{tag}")
-            await _ingest(ingestion, f"warmup-{tag}", db, 200_000, args.clients, pids)
+            await _ingest(
+                ingestion, f"warmup-{tag}", db, 200_000, args.clients, pids, args.encoding
+            )
             filled = Filled()
             rng = np.random.default_rng(2026)
             tau = max(args.sizes[-1] * args.big_share / 5, 1.0)
@@ -634,7 +671,7 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
                     slice_run = f"slice{index}-{attempt}-{tag}"
                     _create_run(api, slice_run)
                     points, seconds, cpu = await _ingest(
-                        ingestion, slice_run, db, args.slice, args.clients, pids
+                        ingestion, slice_run, db, args.slice, args.clients, pids, args.encoding
                     )
                     rates.append(points / seconds)
                     costs.append(sum(cpu) / points * 1e6)
