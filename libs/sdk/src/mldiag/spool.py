@@ -269,7 +269,11 @@ def orphan_spools(
     for run_dir in sorted(path for path in root.iterdir() if path.is_dir()):
         if run_dir.name in _NOT_RUNS or (run_id is not None and run_dir.name != run_id):
             continue
-        for writer_dir in sorted(path for path in run_dir.iterdir() if path.is_dir()):
+        try:
+            writer_dirs = sorted(path for path in run_dir.iterdir() if path.is_dir())
+        except FileNotFoundError:  # its last writer closed and removed it meanwhile
+            continue
+        for writer_dir in writer_dirs:
             if writer_dir == exclude or not any(_segments(writer_dir)):
                 continue
             try:
@@ -291,11 +295,27 @@ def _acquire(path: Path) -> IO[bytes]:
 
 
 def _segments(directory: Path) -> list[int]:
-    return [
-        int(path.stem)
-        for path in directory.glob("*.seg")
-        if path.stem.isdigit() and path.stat().st_size > 0
-    ]
+    """The non-empty segments in ``directory``, in no order.
+
+    Listing and ``stat`` are two steps, and a live writer may delete a fully sent segment
+    between them (or its whole directory, on close): a file that vanished is simply no
+    segment, never an error (it would make :func:`orphan_spools` give up on every orphan).
+    """
+    found: list[int] = []
+    try:
+        paths = list(directory.glob("*.seg"))
+    except FileNotFoundError:  # the directory itself went between is_dir and scandir
+        return found
+    for path in paths:
+        if not path.stem.isdigit():
+            continue
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            continue
+        if size > 0:
+            found.append(int(path.stem))
+    return found
 
 
 def _read_position(directory: Path, seq: int) -> int:
