@@ -177,7 +177,11 @@ class OfflinePipeline:
         self._encoder = encoder
         self._on_start = on_start
         self._buffer: collections.deque[Entry] = collections.deque()
-        self._buffered_points = 0
+        # Two counters, each written by one side only (as in Pipeline), so neither needs a
+        # lock: callers only add to ``enqueued_points``, ``collect`` (under ``_lock``) only
+        # to ``_drained_points``; one shared counter written by both lost updates.
+        self.enqueued_points = 0
+        self._drained_points = 0
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -190,10 +194,15 @@ class OfflinePipeline:
         self._collector.start()
 
     def put(self, step: int, values: Mapping[str, Any], labels: Mapping[str, str] | None) -> None:
-        """Buffer one call (no I/O); wake the collector once a batch is waiting."""
+        """Buffer one call (no I/O); wake the collector once a batch is waiting.
+
+        Safe from any number of threads at once: the append is one C call, and between
+        reading and storing ``enqueued_points`` there is no call, hence no thread switch.
+        """
+        points = len(values)  # outside the read-modify-write below (a possible switch)
         self._buffer.append((step, time.time(), values, labels))
-        self._buffered_points += len(values)
-        if self._buffered_points >= self._settings.batch_points:
+        self.enqueued_points += points
+        if self.enqueued_points - self._drained_points >= self._settings.batch_points:
             self._wake.set()
 
     def collect(self) -> None:
@@ -206,7 +215,7 @@ class OfflinePipeline:
                     entry = self._buffer.popleft()
                     entries.append(entry)
                     points += len(entry[2])
-                self._buffered_points = max(self._buffered_points - points, 0)
+                self._drained_points += points
                 batch = self._encoder.encode(entries)
                 if batch is not None:
                     self._spool.append(batch.body)
