@@ -1,5 +1,7 @@
-"""The disk spool under concurrency: files that vanish while listed."""
+"""The disk spool under concurrency: files that vanish while listed, and two processes
+opening and closing one writer directory at the same time."""
 
+import multiprocessing
 import os
 from pathlib import Path
 from typing import Any
@@ -7,7 +9,7 @@ from typing import Any
 import pytest
 
 from mldiag import spool as spool_module
-from mldiag.spool import Spool, orphan_spools
+from mldiag.spool import Spool, SpoolError, orphan_spools
 
 
 def orphan(root: Path, run: str, writer: str, payload: bytes) -> Path:
@@ -62,6 +64,92 @@ def test_a_run_directory_removed_while_listed_is_skipped(
     finally:
         for spool in found:
             spool.close()
+
+
+def test_close_removes_an_empty_directory_and_keeps_one_with_pending_records(
+    tmp_path: Path,
+) -> None:
+    empty = Spool(tmp_path / "run" / "w0", "run")
+    empty.close()
+    empty.close()  # twice is harmless (and must not unlink a newcomer's lock)
+    assert not (tmp_path / "run").exists()
+    pending = Spool(tmp_path / "run" / "w1", "run")
+    pending.append(b"x")
+    pending.close()
+    assert (tmp_path / "run" / "w1" / "lock").exists()
+    assert list((tmp_path / "run" / "w1").glob("*.seg"))
+
+
+def test_a_lock_unlinked_by_a_closer_is_not_taken_for_the_directory(tmp_path: Path) -> None:
+    directory = tmp_path / "run" / "w0"
+    first = Spool(directory, "run")
+    stale = (directory / "lock").open("ab")  # a newcomer opened `lock` ...
+    first.close()  # ... and the closer unlinked it and removed the directory
+    second = Spool(directory, "run")  # a fresh directory and lock, not the stale inode
+    try:
+        second.append(b"written")
+        assert (directory / "lock").stat().st_ino == os.fstat(second._lock_file.fileno()).st_ino
+        with pytest.raises(SpoolError):
+            Spool(directory, "run")
+    finally:
+        stale.close()
+        second.close()
+
+
+def _open_write_close(directory: str, rounds: int, errors: Any) -> None:
+    """One process's tight loop: take the writer directory, write one record, close."""
+    for index in range(rounds):
+        try:
+            spool = Spool(Path(directory), "run", segment_bytes=64)
+        except SpoolError:
+            continue  # the other process holds it right now: the expected refusal
+        try:
+            spool.append(f"{os.getpid()}:{index}".encode())
+            record = spool.peek()
+            assert record is not None
+            spool.ack(record)  # all sent: close removes the directory
+        except Exception as error:  # noqa: BLE001  # reported to the parent, which fails
+            errors.put(f"{type(error).__name__}: {error}")
+            return
+        finally:
+            spool.close()
+
+
+def test_two_processes_opening_and_closing_one_directory_never_fail_to_write(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "run" / "host-p0"
+    context = multiprocessing.get_context("spawn")
+    errors = context.Queue()
+    workers = [
+        context.Process(target=_open_write_close, args=(str(directory), 400, errors))
+        for _ in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+    found = []
+    while not errors.empty():
+        found.append(errors.get())
+    assert found == []
+    assert [worker.exitcode for worker in workers] == [0, 0]
+    assert not (tmp_path / "run").exists()  # every round sent everything
+
+
+def test_the_writer_recreates_a_directory_removed_behind_its_back(tmp_path: Path) -> None:
+    directory = tmp_path / "run" / "w0"
+    spool = Spool(directory, "run", segment_bytes=8)
+    spool.append(b"first")
+    record = spool.peek()
+    assert record is not None
+    spool.ack(record)
+    for path in directory.iterdir():
+        path.unlink()
+    directory.rmdir()  # a cache cleaner
+    spool.append(b"second record, a new segment")
+    assert [record.payload for record in spool.records()] == [b"second record, a new segment"]
+    spool.close()
 
 
 def test_segments_skips_files_that_vanish(tmp_path: Path) -> None:

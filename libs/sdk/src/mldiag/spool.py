@@ -17,6 +17,27 @@ Layout, under ``<root>/<run id>/<writer>/``:
 - ``lock``: held (``flock``) by the live writer, so two processes never append to one
   directory and a directory whose lock is free is an orphan another process may replay.
 
+The lock protocol. A writer directory is shared by name: the next process with the same
+host and index, a replaying process and ``mldiag sync`` all open it, and a closing writer
+removes it when nothing is left in it. ``flock`` locks an open file (an inode), not a name,
+so removal and acquisition must agree on which inode is *the* lock:
+
+1. Acquire: ``mkdir -p`` the directory, open ``lock`` (creating it), ``flock`` it without
+   waiting (refused: a live writer holds it, :class:`SpoolError`), then check that the name
+   ``lock`` still leads to the inode just locked. If it does not (the name is gone, or names
+   a newer file), a closer unlinked it between our ``open`` and our ``flock``: that inode
+   guards nothing any more, so let it go and start again (the directory may be gone too:
+   step 1 recreates it).
+2. Only the holder of the lock deletes anything in the directory (sent segments, and on
+   close the ``lock`` itself and the empty directory): it unlinks ``lock`` *before*
+   releasing it, then removes the directory (which fails, harmlessly, when a newcomer has
+   already created a ``lock`` of its own in it), and only then closes the lock's file.
+3. The writer recreates its directory before opening each new segment, so a directory
+   removed behind its back (by hand, or by a cache cleaner) costs nothing.
+
+So whoever holds a lock that the name ``lock`` still leads to is the only writer of the
+directory, and a directory is removed only by that writer, once it holds nothing.
+
 Records are written with ``write`` + ``flush`` and not fsynced: they survive the process
 dying, not the machine losing power (the cost of an fsync per batch is not worth it here).
 """
@@ -92,7 +113,6 @@ class Spool:
         self.directory = directory
         self._segment_bytes = segment_bytes
         self._lock = threading.RLock()  # re-entrant: see Pipeline._collect_lock
-        directory.mkdir(parents=True, exist_ok=True)
         self._lock_file = _acquire(directory / "lock")
         segments = sorted(_segments(directory))
         self._segments: list[int] = segments
@@ -150,21 +170,26 @@ class Spool:
             return sum(self._sizes[seq] - self._positions[seq] for seq in self._segments)
 
     def close(self) -> None:
-        """Close the open segment and release the lock; delete the directory if empty."""
+        """Close the open segment and release the lock; delete the directory if empty.
+
+        The lock is released last, after ``lock`` and the directory are removed (see the
+        module's docstring: a process that opened ``lock`` meanwhile sees it gone and
+        starts again, rather than writing into a directory being deleted).
+        """
         with self._lock:
+            if self._lock_file.closed:
+                return
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
                 if self._positions[self._writer_seq] >= self._sizes[self._writer_seq]:
                     self._drop(self._writer_seq)
                 self._writer_seq = -1
-            empty = not self._segments
-            self._lock_file.close()
-        if empty:
-            with contextlib.suppress(OSError):
-                (self.directory / "lock").unlink()
-                self.directory.rmdir()
-                self.directory.parent.rmdir()  # the run's directory, once its last writer is
+            try:
+                if not self._segments:
+                    _remove_locked(self.directory)
+            finally:
+                self._lock_file.close()
 
     def _writer_for(self, size: int) -> IO[bytes]:
         if self._writer is not None and self._sizes[self._writer_seq] + size > max(
@@ -174,6 +199,9 @@ class Spool:
             self._writer = None
         if self._writer is None:
             seq = (self._segments[-1] + 1) if self._segments else 1
+            # Only the lock's holder removes the directory, but a person or a cache cleaner
+            # may have: recreating it costs one system call a segment.
+            _make_dirs(self.directory)
             self._writer = (self.directory / _seg_name(seq)).open("ab")
             self._writer_seq = seq
             self._segments.append(seq)
@@ -283,15 +311,70 @@ def orphan_spools(
     return found
 
 
+_ACQUIRE_TRIES = 100
+"""Times :func:`_acquire` starts again after losing a race with a closing writer (each loss
+means that writer finished closing, so a second try nearly always succeeds)."""
+
+
 def _acquire(path: Path) -> IO[bytes]:
-    handle = path.open("ab")
-    if fcntl is not None:
+    """Open and lock ``path`` (a directory's ``lock``) by the module's protocol, step 1."""
+    for _ in range(_ACQUIRE_TRIES):
+        _make_dirs(path.parent)
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.close()
-            raise SpoolError(f"{path.parent} is in use by another process") from None
-    return handle
+            handle = path.open("ab")
+        except FileNotFoundError:  # the directory was removed after our mkdir
+            continue
+        if fcntl is not None:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.close()
+                raise SpoolError(f"{path.parent} is in use by another process") from None
+            if not _still_named(handle, path):
+                handle.close()  # a closer unlinked the inode we locked: it guards nothing
+                continue
+        return handle
+    raise SpoolError(f"{path.parent} keeps being removed by other processes")
+
+
+def _make_dirs(directory: Path) -> None:
+    """``mkdir -p`` that a concurrent ``rmdir`` of the same folders cannot fail.
+
+    ``Path.mkdir(parents=True, exist_ok=True)`` raises ``FileExistsError`` (or
+    ``FileNotFoundError``) when another process creates or removes a folder of the chain
+    between its own steps; each such race means the other process made progress, so
+    starting again ends.
+    """
+    for _ in range(_ACQUIRE_TRIES):
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, FileNotFoundError):
+            continue
+        return
+    directory.mkdir(parents=True, exist_ok=True)  # the last word, whatever it raises
+
+
+def _still_named(handle: IO[bytes], path: Path) -> bool:
+    """Whether ``path`` leads to the file ``handle`` has open."""
+    try:
+        named = path.stat()
+    except FileNotFoundError:
+        return False
+    held = os.fstat(handle.fileno())
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _remove_locked(directory: Path) -> None:
+    """Remove an empty writer directory while holding its lock (the protocol, step 2)."""
+    try:
+        (directory / "lock").unlink()
+    except FileNotFoundError:
+        pass
+    except OSError:  # an open file cannot be unlinked everywhere (Windows): leave it all
+        return
+    with contextlib.suppress(OSError):  # not empty: a newcomer already made its own lock
+        directory.rmdir()
+        directory.parent.rmdir()  # the run's directory, once its last writer is gone
 
 
 def _segments(directory: Path) -> list[int]:
