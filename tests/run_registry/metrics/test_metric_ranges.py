@@ -198,6 +198,81 @@ async def test_a_rewritten_step_has_the_time_of_its_latest_write(store: Store) -
     assert datetime.fromisoformat(bucket["lastTime"]) == NOW + timedelta(microseconds=3)
 
 
+@pytest.mark.parametrize("group_by", ["series", "none"])
+async def test_bucket_times_come_from_the_rollups_and_old_rows_from_the_chunks(
+    store: Store, group_by: str
+) -> None:
+    truth = await _fill(store)
+    params = {"buckets": 40, "groupBy": group_by, "withTimes": "true"}
+    body = (await store.api.get(f"{RUNS}/run-a/metrics/loss", params=params)).json()
+    assert body["source"] == "rollup:4096"
+    run_a = {k: v for k, v in truth.items() if k[0] == "run-a"}
+    _check_lines(run_a, body, group_by, None, None)
+    # rows stored before rollups kept times (NULL): those buckets' times come from the
+    # chunks, and the answer is the same
+    nulled = await store.pool.execute(
+        "UPDATE metric_rollups SET last_time_us = NULL WHERE width_log2 = 12 AND bucket % 3 = 0"
+    )
+    assert nulled != "UPDATE 0"
+    again = (await store.api.get(f"{RUNS}/run-a/metrics/loss", params=params)).json()
+    assert again == body
+    _check_lines(run_a, again, group_by, None, None)
+    # the others are read from the rollup rows, not from the chunks
+    await store.pool.execute(
+        "UPDATE metric_rollups SET last_time_us = $1 WHERE width_log2 = 12 AND bucket % 3 = 1",
+        BASE_US - 1,
+    )
+    marked = (await store.api.get(f"{RUNS}/run-a/metrics/loss", params=params)).json()
+    # (an output bucket of 8192 steps is two rollup rows: the one holding lastStep gives it)
+    marks = [
+        (
+            bucket["lastStep"] >> 12,
+            datetime.fromisoformat(bucket["lastTime"]) == NOW - timedelta(microseconds=1),
+        )
+        for line in marked["series"]
+        for bucket in line["buckets"]
+    ]
+    assert any(marked for _, marked in marks)
+    assert all(marked == (row % 3 == 1) for row, marked in marks)
+
+
+async def test_a_late_or_redelivered_batch_keeps_time_and_value_of_one_point(
+    store: Store,
+) -> None:
+    """Rollup buckets: a rewritten step's last write gives ``last`` (the merge's tie rule),
+    and ``lastTime`` is that write's time even when an earlier write was timed later."""
+    early = _message("run-a", _series("loss", range(3_000), 1.0, 0))
+    rewrite = _message("run-a", _series("loss", [2_047, 2_999], 2.0, -5))
+    late = _message("run-a", _series("loss", [1_000, 2_000], 3.0, 7))  # below the last steps
+    await store.service.store([early])
+    await store.service.store([rewrite])
+    await store.service.store([late, early])  # a redelivery beside a late batch
+    params = {"buckets": 3, "withTimes": "true"}
+    body = (await store.api.get(f"{RUNS}/run-a/metrics/loss", params=params)).json()
+    assert (body["source"], body["bucketWidth"]) == ("rollup:1024", 1024)
+    got = [
+        (b["lastStep"], b["last"], datetime.fromisoformat(b["lastTime"]) - NOW)
+        for b in body["series"][0]["buckets"]
+    ]
+    assert got == [
+        (1_023, 1.0, timedelta(microseconds=1_023 * 10)),
+        (2_047, 2.0, timedelta(microseconds=2_047 * 10 - 5)),
+        (2_999, 2.0, timedelta(microseconds=2_999 * 10 - 5)),
+    ]
+    assert [b["count"] for b in body["series"][0]["buckets"]] == [1_025, 1_026, 953]
+
+
+def _series(name: str, steps: range | list[int], value: float, offset: int) -> MetricColumns:
+    """One value at every step, timed step·10 + offset µs after NOW."""
+    return MetricColumns(
+        name=name,
+        host="h0",
+        steps=list(steps),
+        values=[value] * len(steps),
+        times_unix_us=[BASE_US + step * 10 + offset for step in steps],
+    )
+
+
 def _point(name: str, step: int, value: float, micros: int) -> MetricColumns:
     return MetricColumns(
         name=name, host="h0", steps=[step], values=[value], times_unix_us=[BASE_US + micros]

@@ -25,9 +25,13 @@ def test_fold_matches_brute_force_for_unordered_and_repeated_steps() -> None:
     values = [rng.choice([math.nan, math.inf, -math.inf, rng.random(), -0.0]) for _ in steps]
     values[:50] = [math.nan] * 50  # some buckets all NaN
     steps[:50] = [1_000_000 + i for i in range(50)]
+    # times in no relation to the write order: a rewritten step's later write may be older,
+    # and the time kept is still that of the point that gave last_value
+    times = [rng.randrange(-(10**12), 10**15) for _ in steps]
     rollups = fold_rollups(
         np.array(sids, dtype=np.int64),
         np.array(steps, dtype=np.int64),
+        np.array(times, dtype=np.int64),
         np.array(values, dtype=np.float64),
         ROLLUP_LEVELS,
     )
@@ -47,12 +51,15 @@ def test_fold_matches_brute_force_for_unordered_and_repeated_steps() -> None:
     columns = rollups.merge_arguments()
     for row, key in enumerate(keys):
         indexes = expected[key]
-        count, nans, lo, hi, total, first, last, last_value = (c[row] for c in columns[3:])
+        count, nans, lo, hi, total, first, last, last_value, last_time = (
+            c[row] for c in columns[3:]
+        )
         real = [values[i] for i in indexes if not math.isnan(values[i])]
         top = max(steps[i] for i in indexes)
         newest = max(i for i in indexes if steps[i] == top)  # the later write of a tie wins
         assert (count, nans) == (len(indexes), len(indexes) - len(real))
         assert (first, last) == (min(steps[i] for i in indexes), top)
+        assert last_time == times[newest]  # the time of the very point giving last_value
         if not real:
             assert (lo, hi, total) == (None, None, None)
             continue
@@ -66,4 +73,5 @@ def test_fold_matches_brute_force_for_unordered_and_repeated_steps() -> None:
 
 def test_fold_of_nothing_is_empty() -> None:
     none = np.empty(0, dtype=np.int64)
-    assert len(fold_rollups(none, none, np.empty(0), ROLLUP_LEVELS)) == 0
+    empty = fold_rollups(none, none, none, np.empty(0), ROLLUP_LEVELS)
+    assert len(empty) == 0 and len(empty.last_times_us) == 0

@@ -229,12 +229,14 @@ class Rollups:
     first_steps: Int64s
     last_steps: Int64s
     last_values: Float64s
+    last_times_us: Int64s
+    """The time of the point that gave ``last_value`` (at ``last_step``, written last)."""
 
     def __len__(self) -> int:
         return len(self.series_ids)
 
     def merge_arguments(self) -> list[list[object]]:
-        """The eleven columns as lists for the merge's ``unnest`` (None for SQL NULL)."""
+        """The twelve columns as lists for the merge's ``unnest`` (None for SQL NULL)."""
         all_nan = np.flatnonzero(self.counts == self.nan_counts)
         columns: list[list[object]] = [
             self.series_ids.tolist(),
@@ -248,6 +250,7 @@ class Rollups:
             self.first_steps.tolist(),
             self.last_steps.tolist(),
             self.last_values.tolist(),
+            self.last_times_us.tolist(),
         ]
         for index in all_nan.tolist():
             columns[5][index] = columns[6][index] = columns[7][index] = None
@@ -266,20 +269,28 @@ def write_order(series_ids: Int64s, steps: Int64s) -> Int64s | None:
 
 
 def fold_rollups(
-    series_ids: Int64s, steps: Int64s, values: Float64s, levels: tuple[int, ...]
+    series_ids: Int64s,
+    steps: Int64s,
+    times_us: Int64s,
+    values: Float64s,
+    levels: tuple[int, ...],
 ) -> Rollups:
     """Aggregates of a batch's points per (series, level, bucket of 2**level steps).
 
     The points may come in any order; of points at one step of a series the one written last
-    (latest in the arrays) gives ``last_value``, as the stored merge's tie rule does. The
-    finest level is reduced from the sorted points, each coarser one from the level below.
+    (latest in the arrays) gives ``last_value``, as the stored merge's tie rule does, and its
+    time gives ``last_times_us``: value and time always describe one point. The finest level
+    is reduced from the sorted points, each coarser one from the level below.
     """
     if len(steps) == 0:
         none, nothing = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-        return Rollups(none, none, none, none, none, nothing, nothing, nothing, none, none, nothing)
+        return Rollups(
+            none, none, none, none, none, nothing, nothing, nothing, none, none, nothing, none
+        )
     order = write_order(series_ids, steps)
     if order is not None:  # lexsort is stable: among equal steps the later write stays later
-        series_ids, steps, values = series_ids[order], steps[order], values[order]
+        series_ids, steps = series_ids[order], steps[order]
+        times_us, values = times_us[order], values[order]
     nan = np.isnan(values)
     parts: list[tuple[Int64s, ...]] = []
     floats: list[tuple[Float64s, ...]] = []
@@ -296,6 +307,7 @@ def fold_rollups(
     with np.errstate(invalid="ignore"):  # +Inf and -Inf in one bucket: NaN, as SQL's sum
         total = np.add.reduceat(np.where(nan, 0.0, values), starts)
     first_steps, last_steps, last_values = steps[starts], steps[ends], values[ends]
+    last_times = times_us[ends]
     for number, level in enumerate(levels):
         if number:
             shift = level - levels[number - 1]
@@ -311,7 +323,7 @@ def fold_rollups(
                 total = np.add.reduceat(total, starts)
             # buckets ascend inside a group, so the last holds the group's highest step
             first_steps, last_steps = first_steps[starts], last_steps[ends]
-            last_values = last_values[ends]
+            last_values, last_times = last_values[ends], last_times[ends]
         parts.append(
             (
                 level_sids,
@@ -321,10 +333,11 @@ def fold_rollups(
                 nan_counts,
                 first_steps,
                 last_steps,
+                last_times,
             )
         )
         floats.append((lo, hi, total, last_values))
-    ints = [np.concatenate([part[k] for part in parts]) for k in range(7)]
+    ints = [np.concatenate([part[k] for part in parts]) for k in range(8)]
     reals = [np.concatenate([part[k] for part in floats]) for k in range(4)]
     order = np.lexsort((ints[2], ints[1], ints[0]))
     ints = [column[order] for column in ints]
@@ -341,6 +354,7 @@ def fold_rollups(
         first_steps=ints[5],
         last_steps=ints[6],
         last_values=reals[3],
+        last_times_us=ints[7],
     )
 
 

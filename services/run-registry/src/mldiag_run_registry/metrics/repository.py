@@ -60,14 +60,14 @@ _MAX_INT64 = (1 << 63) - 1
 # is folded in once, and the merge commutes, so replicas writing the same series agree.
 _ROLLUP_COLUMNS = (
     "(series_id, width_log2, bucket, count, nan_count, min, max, sum, first_step, last_step,"
-    " last_value)"
+    " last_value, last_time_us)"
 )
 
 _ROLLUP_MERGE_SQL = f"""
 INSERT INTO metric_rollups AS r {_ROLLUP_COLUMNS}
 SELECT * FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[], $5::bigint[],
                      $6::float8[], $7::float8[], $8::float8[], $9::bigint[], $10::bigint[],
-                     $11::float8[])
+                     $11::float8[], $12::bigint[])
 ON CONFLICT (series_id, width_log2, bucket) DO UPDATE SET
     count = r.count + EXCLUDED.count,
     nan_count = r.nan_count + EXCLUDED.nan_count,
@@ -79,6 +79,9 @@ ON CONFLICT (series_id, width_log2, bucket) DO UPDATE SET
     first_step = LEAST(r.first_step, EXCLUDED.first_step),
     last_value = CASE WHEN EXCLUDED.last_step >= r.last_step THEN EXCLUDED.last_value
                       ELSE r.last_value END,
+    -- under last_value's condition: time and value always describe the same point
+    last_time_us = CASE WHEN EXCLUDED.last_step >= r.last_step THEN EXCLUDED.last_time_us
+                        ELSE r.last_time_us END,
     last_step = GREATEST(r.last_step, EXCLUDED.last_step)
 """
 
@@ -137,6 +140,9 @@ class BucketRow:
     last_value: float
     last_series_id: int
     """A series of the group whose point at ``last_step`` gave ``last_value``."""
+    last_time_us: int | None
+    """The time of the point that gave ``last_value``; None for rollup rows stored before
+    rollups kept it (``point_times`` answers for those)."""
 
 
 @dataclass(frozen=True)
@@ -402,7 +408,7 @@ class MetricsRepository:
         if order is not None:
             series_ids, steps = series_ids[order], steps[order]
             times, values = times[order], values[order]
-        rollups = chunks.fold_rollups(series_ids, steps, values, ROLLUP_LEVELS)
+        rollups = chunks.fold_rollups(series_ids, steps, times, values, ROLLUP_LEVELS)
         series_ends = np.cumsum(counts) - 1
         series_starts = series_ends - counts + 1
         # the chunks keep (step, time) order; only a step written twice needs another sort
@@ -642,9 +648,9 @@ class MetricsRepository:
 
         ``groups`` maps series id → group: series of one group merge into one line. With a
         rollup level, ``width`` is a multiple of its bucket width, so buckets never straddle
-        and a whole output bucket is read: the first and last are exact too. ``last_value``
-        and ``last_series_id`` come from one point; a tie on the step goes to the latest
-        time (raw points only), then to the highest series id.
+        and a whole output bucket is read: the first and last are exact too. ``last_value``,
+        ``last_series_id`` and ``last_time_us`` come from one point; a tie on the step goes
+        to the latest time (raw points only), then to the highest series id.
         """
         ids, numbers = list(groups), list(groups.values())
         low, high = first * width, last * width + width - 1
@@ -655,7 +661,7 @@ class MetricsRepository:
             query = """
             SELECT g.grp, r.bucket AS b, r.count AS n, r.nan_count AS nan_n, r.min AS lo,
                    r.max AS hi, r.sum AS total, r.first_step, r.last_step, r.last_value,
-                   r.series_id AS last_series
+                   r.series_id AS last_series, r.last_time_us AS last_time
             FROM unnest($1::bigint[], $2::int[]) AS g(series_id, grp)
             JOIN metric_rollups r ON r.series_id = g.series_id AND r.width_log2 = $3
                                  AND r.bucket BETWEEN $4 AND $5
@@ -670,7 +676,9 @@ class MetricsRepository:
                    (array_agg(r.last_value ORDER BY r.last_step DESC, r.series_id DESC))[1]
                        AS last_value,
                    (array_agg(r.series_id ORDER BY r.last_step DESC, r.series_id DESC))[1]
-                       AS last_series
+                       AS last_series,
+                   (array_agg(r.last_time_us ORDER BY r.last_step DESC, r.series_id DESC))[1]
+                       AS last_time
             FROM unnest($1::bigint[], $2::int[]) AS g(series_id, grp)
             JOIN metric_rollups r ON r.series_id = g.series_id AND r.width_log2 = $4
                                  AND r.bucket BETWEEN $5 AND $6
@@ -691,6 +699,7 @@ class MetricsRepository:
                 last_step=r["last_step"],
                 last_value=r["last_value"],
                 last_series_id=r["last_series"],
+                last_time_us=r["last_time"],
             )
             for r in rows
         ]
@@ -718,7 +727,7 @@ class MetricsRepository:
         if len(groups) > 1 or np.any(np.diff(steps) < 0) or blocks.unordered_ties(steps, times):
             order = np.lexsort((sids, times, steps, bucket, grp))
             grp, bucket, sids = grp[order], bucket[order], sids[order]
-            steps, values = steps[order], values[order]
+            steps, times, values = steps[order], times[order], values[order]
         change = (np.diff(grp) != 0) | (np.diff(bucket) != 0)
         starts = np.concatenate(([0], np.flatnonzero(change) + 1))
         ends = np.append(starts[1:], len(steps)) - 1
@@ -745,6 +754,7 @@ class MetricsRepository:
                     last_step=int(steps[end]),
                     last_value=float(values[end]),
                     last_series_id=int(sids[end]),
+                    last_time_us=int(times[end]),
                 )
             )
         return rows

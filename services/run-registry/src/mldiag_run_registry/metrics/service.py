@@ -425,13 +425,22 @@ class MetricsService:
             aggregates = await self._repository.read_buckets(
                 project, groups, plan.width, plan.level, first // plan.width, last // plan.width
             )
+            # Buckets carry their last point's time; only rollup rows stored before they kept
+            # it (NULL) are looked up in the chunks, a one-off for old data.
             times: dict[tuple[int, int], int] = {}
-            if with_times and aggregates:
-                times = await self._repository.point_times(
-                    project, [(row.last_series_id, row.last_step) for row in aggregates]
-                )
+            missing = [
+                (row.last_series_id, row.last_step)
+                for row in aggregates
+                if row.last_time_us is None
+            ]
+            if with_times and missing:
+                times = await self._repository.point_times(project, missing)
             for aggregate in aggregates:
-                micros = times.get((aggregate.last_series_id, aggregate.last_step))
+                micros: int | None = None
+                if with_times:
+                    micros = aggregate.last_time_us
+                    if micros is None:
+                        micros = times.get((aggregate.last_series_id, aggregate.last_step))
                 per_group[aggregate.group].append(
                     _bucket(aggregate, plan.width, None if micros is None else _time(micros))
                 )
