@@ -50,7 +50,8 @@ async function writeIndex(dir) {
   html = html.replace("<!-- prefetch -->", () => `<script>${script}</script>`);
   for (const name of ["app.css", "app.js"]) {
     const bytes = await readFile(join(dir, name));
-    html = html.replace(`"${name}"`, `"${name}?v=${contentVersion(bytes)}"`);
+    // the attribute only: the inline script names app.js too (its fallback)
+    html = html.replace(`href="${name}"`, `href="${name}?v=${contentVersion(bytes)}"`);
     // A gzipped copy, sent to browsers that take gzip (a third of the bytes over a network).
     await writeFile(join(dir, `${name}.gz`), gzipSync(bytes, { level: 9 }));
   }

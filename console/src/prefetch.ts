@@ -84,22 +84,24 @@ function read(url: string, token: string): Promise<Answer> {
 }
 
 /** Start the first page's reads with the stored token; nothing without one. On a run's
- * metrics tab, once the metric list is in, the reads of its first charts as well. */
-export function startPrefetch(hash: string = location.hash, now: () => number = () => performance.now(), viewportWidth: () => number = () => innerWidth): void {
+ * metrics tab, once the metric list is in, the reads of its first charts as well. Settles
+ * once every early read is out (at once when there is no chart read to wait for). */
+export function startPrefetch(hash: string = location.hash, now: () => number = () => performance.now(), viewportWidth: () => number = () => innerWidth): Promise<void> {
   const token = storedToken();
-  if (!token) return;
+  if (!token) return Promise.resolve();
   const early = slot(true);
-  if (!early) return;
+  if (!early) return Promise.resolve();
   for (const url of firstReads(hash)) early.set(url, { answer: read(url, token), token, startedAt: now() });
   const route = parseHash(hash);
-  if (route.page !== "run" || route.tab !== "metrics") return;
+  if (route.page !== "run" || route.tab !== "metrics") return Promise.resolve();
   const list = early.get(runPath(route.runId, "/metrics"));
+  if (!list) return Promise.resolve();
   const chart = {
     buckets: chartBucketsGuess(viewportWidth()),
     groupBy: route.query.get("hosts") === "1" ? "host" : "none",
     withTimes: route.query.get("x") === "time",
   };
-  void list?.answer.then((answer) => {
+  return list.answer.then((answer) => {
     if (!answer.ok) return;
     const metrics = (JSON.parse(answer.text) as { metrics?: { name: string }[] }).metrics ?? [];
     // All at once: the first chart's read going alone (the others after it) made it shorter

@@ -153,3 +153,17 @@ test("with hosts or time in the URL the early chart reads ask for them", async (
   assert.equal(asked[3]?.url, chartReadUrl("r1", "loss", { buckets: 400, groupBy: "host", withTimes: true }));
   assert.ok(takeEarlyChart("r1", "loss", { buckets: 389, groupBy: "host", withTimes: true }, "secret", () => 0));
 });
+
+test("the early reads settle once the first charts' reads are out (the app runs then)", async () => {
+  const { asked } = browser("secret");
+  await startPrefetch("#/runs/r1/metrics", () => 0, () => 1280);
+  // the caller, the list, the run, then one read per chart: all sent before it settled
+  assert.equal(asked.length, 3 + 3);
+  assert.ok(asked.slice(3).every((a) => a.url.includes("/metrics/") && a.url.includes("buckets=")));
+  // nothing to wait for: settled at once
+  browser(null);
+  await startPrefetch("#/runs/r1/metrics");
+  browser("secret");
+  delete globals["__mldiagPrefetch"];
+  await startPrefetch("#/jobs");
+});

@@ -63,8 +63,9 @@ def test_a_cold_visit_reads_the_first_charts_needs_early_and_once(
 def test_the_bundle_is_kept_for_good_and_the_page_revalidated(platform: Platform) -> None:
     page = httpx.get(platform.console_url, timeout=10)
     assert page.headers["cache-control"] == "no-cache"
+    # preloaded by a link, run by the inline script once the first reads are out
     script = next(
-        part.split('"')[0] for part in page.text.split('src="')[1:] if part.startswith("app.js?v=")
+        part.split('"')[0] for part in page.text.split('href="')[1:] if part.startswith("app.js?v=")
     )
     base = platform.console_url.split("#")[0]
     answer = httpx.get(base + script, timeout=10, headers={"Accept-Encoding": "gzip"})
