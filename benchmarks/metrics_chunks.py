@@ -23,7 +23,8 @@ binary frame) stored 40 per ``store_messages`` call, as the registry's consumer 
    ``metric_rollups``, ``metric_series`` and ``metric_messages``, over the points stored;
    and reads, median of 21: a 10,000-point page at the start, middle and end of the series,
    a scan of 1M points (points/s), 1000 raw buckets of 50 steps, and the times of a
-   1000-bucket chart's buckets (``withTimes``: the rollup read, then ``point_times``).
+   1000-bucket chart's buckets looked up in the chunks (``point_times``: since migration 3
+   rollup rows carry their times, so this is only the fallback for rows stored before).
 """
 
 import argparse
@@ -325,7 +326,8 @@ async def _big(pool_for: Callable[[str], Awaitable[asyncpg.Pool]], points: int) 
         probes = [(row.last_series_id, row.last_step) for row in rows]
         samples = await _timed(partial(repository.point_times, "bench-project", probes))
         _emit(
-            f"times of a {len(probes)}-bucket chart (buckets of {width} steps, rollup level"
+            f"times of a {len(probes)}-bucket chart looked up in the chunks (the fallback for"
+            f" rollup rows stored before migration 3; buckets of {width} steps, rollup level"
             f" {level}): {_median_ms(samples)} ms median"
         )
     finally:
