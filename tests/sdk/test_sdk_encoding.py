@@ -73,6 +73,33 @@ def test_without_a_process_index_the_header_leaves_it_out() -> None:
     assert "labels" not in header["series"][0]
 
 
+def test_series_keep_their_first_appearance_order_across_interleaved_labels(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    encoder = Encoder("h", 0)
+    entries: list[Entry] = [
+        (0, WHEN, {"loss": 1.0, "bad name": 1.0}, {"thread": "b"}),
+        (0, WHEN, {"loss": 2, "lr": 0.1}, {"thread": "a"}),
+        (1, WHEN, {"loss": 3.0, "bad name": 2.0}, {"thread": "b"}),
+        (1, WHEN, {"acc": 0.5}, None),
+    ]
+    with caplog.at_level("WARNING", logger="mldiag"):
+        first = encoder.encode(entries)
+        second = encoder.encode(entries)  # the names are known now: the same body
+    assert first is not None
+    assert second is not None
+    request = decode_body(first.body)
+    assert [(s["name"], s.get("labels")) for s in request["series"]] == [
+        ("loss", {"thread": "b"}),
+        ("loss", {"thread": "a"}),
+        ("lr", {"thread": "a"}),
+        ("acc", None),
+    ]
+    assert [s["values"] for s in request["series"]] == [[1.0, 3.0], [2.0], [0.1], [0.5]]
+    assert decode_body(second.body)["series"] == request["series"]
+    assert sum("bad_name" in record.message for record in caplog.records) == 1
+
+
 def test_steps_that_no_store_can_keep_are_dropped_and_whole_floats_kept(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
