@@ -114,6 +114,29 @@ def test_outage_spools_to_disk_and_replays_in_order(tmp_path: Path) -> None:
         down.stop()
 
 
+def test_during_an_outage_new_batches_do_not_cut_the_backoff_short(tmp_path: Path) -> None:
+    platform = FakePlatform()
+    platform.fail_first_writes = 10**6  # down for good: every write answers 503
+    platform.start()
+    try:
+        run = start(platform.url, tmp_path, batch_points=10)
+        started = time.monotonic()
+        step = 0
+        while time.monotonic() - started < 2.0:  # a batch every collect (50 ms)
+            run.log({"loss": 1.0}, step=step)
+            step += 1
+            time.sleep(0.005)
+        # backoff from 0.25 s doubling with jitter (0.5-1x): at most ~6 tries in 2 s, where
+        # retrying per new batch made one per collect (~40)
+        assert len(platform.received.attempts) <= 8
+        tries = len(platform.received.attempts)
+        assert run.flush(timeout=0.5) is False  # a flush still retries at once
+        assert len(platform.received.attempts) > tries
+        run.finish(timeout=0.2)
+    finally:
+        platform.stop()
+
+
 def test_a_restart_replays_what_the_last_process_left(tmp_path: Path) -> None:
     down = FakePlatform()
     first = start(down.url, tmp_path, run_id="restart-run", batch_points=5)
