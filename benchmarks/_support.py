@@ -5,7 +5,11 @@ Benchmarks run as scripts (``.venv/bin/python benchmarks/NAME.py``), so their ow
 on ``sys.path`` and ``import _support`` finds this file.
 """
 
+import asyncio
 import contextlib
+import multiprocessing
+import multiprocessing.process
+import multiprocessing.synchronize
 import os
 import platform
 import shutil
@@ -13,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -167,3 +171,51 @@ async def relation_sizes(conn: "asyncpg.Connection", schema: str, prefix: str) -
         prefix,
     )
     return {row["name"]: row["bytes"] for row in rows}
+
+
+def post_bodies(
+    url: str,
+    build: Callable[[], list[bytes]],
+    content_type: str,
+    token: str,
+    ready: "multiprocessing.synchronize.Event",
+    go: "multiprocessing.synchronize.Event",
+) -> None:
+    """One ingest client (a process): build its request bodies, say it is ready, wait for the
+    start, then post them in order (a refused one fails the process)."""
+    bodies = build()
+    with httpx.Client(timeout=120.0, headers={"Authorization": f"Bearer {token}"}) as http:
+        ready.set()
+        go.wait()
+        for body in bodies:
+            response = http.post(url, content=body, headers={"Content-Type": content_type})
+            response.raise_for_status()
+
+
+async def start_clients(
+    url: str, builds: Sequence[Callable[[], list[bytes]]], content_type: str, token: str
+) -> tuple[list["multiprocessing.process.BaseProcess"], "multiprocessing.synchronize.Event"]:
+    """One client process per body builder (picklable: a module-level function or a partial
+    of one), returned once every one has built its bodies: the clock starts at ``go.set()``."""
+    ctx = multiprocessing.get_context("spawn")
+    go = ctx.Event()
+    ready = [ctx.Event() for _ in builds]
+    procs: list[multiprocessing.process.BaseProcess] = [
+        ctx.Process(target=post_bodies, args=(url, build, content_type, token, flag, go))
+        for build, flag in zip(builds, ready, strict=True)
+    ]
+    for proc in procs:
+        proc.start()
+    while not all(flag.is_set() for flag in ready):
+        if any(proc.exitcode for proc in procs):
+            raise RuntimeError("an ingest client failed")
+        await asyncio.sleep(0.05)
+    return procs, go
+
+
+async def committed_points(db: "asyncpg.Connection | asyncpg.Pool", schema: str) -> int:
+    """Points the registry has committed (its ledger of stored messages)."""
+    count: int = await db.fetchval(
+        f"SELECT coalesce(sum(point_count), 0)::bigint FROM {schema}.metric_messages"  # noqa: S608  # the benchmark's own schema
+    )
+    return count

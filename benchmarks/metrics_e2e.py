@@ -27,8 +27,6 @@ import argparse
 import asyncio
 import json
 import logging
-import multiprocessing
-import multiprocessing.queues
 import os
 import secrets
 import shutil
@@ -42,13 +40,14 @@ import uuid
 from array import array
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import asyncpg
 import httpx
 import numpy as np
 import structlog
-from _support import emit, free_port, process, wait_http
+from _support import committed_points, emit, free_port, process, start_clients, wait_http
 
 from mldiag_platform.database import create_pool
 from mldiag_platform.settings import DatabaseSettings
@@ -117,51 +116,19 @@ def _client_bodies(client: int, steps: int, encoding: str) -> list[bytes]:
     ]
 
 
-def _http_client(
-    url: str,
-    client: int,
-    steps: int,
-    encoding: str,
-    ready: "multiprocessing.queues.Queue[int]",
-    go: "multiprocessing.synchronize.Event",
-) -> None:
-    bodies = _client_bodies(client, steps, encoding)
-    content_type = CONTENT_TYPE if encoding == "columnar" else "application/json"
-    with httpx.Client(timeout=60.0, headers=_auth()) as http:
-        ready.put(client)
-        go.wait()
-        for body in bodies:
-            response = http.post(url, content=body, headers={"Content-Type": content_type})
-            response.raise_for_status()
-
-
-async def _committed(pool: asyncpg.Pool) -> int:
-    count: int = await pool.fetchval(
-        f"SELECT coalesce(sum(point_count), 0)::bigint FROM {SCHEMA}.metric_messages"  # noqa: S608  # a constant
-    )
-    return count
-
-
 async def _ingest_mldiag(
     ingestion: str, run_id: str, db: str, points: int, clients: int, encoding: str
 ) -> float:
     steps = points // METRICS // clients
     url = f"{ingestion}/v1/machineLearningRuns/{run_id}/metrics:write"
-    ctx = multiprocessing.get_context("spawn")
-    go, ready = ctx.Event(), ctx.Queue()
-    procs = [
-        ctx.Process(target=_http_client, args=(url, c, steps, encoding, ready, go))
-        for c in range(clients)
-    ]
-    for proc in procs:
-        proc.start()
-    for _ in procs:  # every client has built its bodies
-        await asyncio.to_thread(ready.get, True, 600)
+    content_type = CONTENT_TYPE if encoding == "columnar" else "application/json"
+    builds = [partial(_client_bodies, c, steps, encoding) for c in range(clients)]
+    procs, go = await start_clients(url, builds, content_type, os.environ["MLDIAG_BENCH_TOKEN"])
     pool = await asyncpg.create_pool(db, min_size=1, max_size=1)
     total = steps * METRICS * clients
     started = time.perf_counter()
     go.set()
-    while await _committed(pool) < total:
+    while await committed_points(pool, SCHEMA) < total:
         await asyncio.sleep(0.02)
     elapsed = time.perf_counter() - started
     for proc in procs:

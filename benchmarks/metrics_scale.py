@@ -56,8 +56,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import multiprocessing
-import multiprocessing.synchronize
 import os
 import secrets
 import shutil
@@ -72,6 +70,7 @@ from array import array
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +80,7 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 from _support import (
+    committed_points,
     cpu_seconds,
     create_database,
     drop_database,
@@ -91,6 +91,7 @@ from _support import (
     machine_summary,
     process,
     relation_sizes,
+    start_clients,
     wait_http,
 )
 
@@ -288,31 +289,6 @@ def _client_bodies(client: int, steps: int, encoding: str) -> list[bytes]:
     return bodies
 
 
-def _http_client(
-    url: str,
-    client: int,
-    steps: int,
-    encoding: str,
-    ready: multiprocessing.synchronize.Event,
-    go: multiprocessing.synchronize.Event,
-) -> None:
-    bodies = _client_bodies(client, steps, encoding)
-    content_type = CONTENT_TYPE if encoding == "columnar" else "application/json"
-    with httpx.Client(timeout=120.0, headers=_auth()) as http:
-        ready.set()
-        go.wait()
-        for body in bodies:
-            response = http.post(url, content=body, headers={"Content-Type": content_type})
-            response.raise_for_status()
-
-
-async def _committed(conn: asyncpg.Connection) -> int:
-    count: int = await conn.fetchval(
-        f"SELECT coalesce(sum(point_count), 0)::bigint FROM {SCHEMA}.metric_messages"  # noqa: S608  # a constant
-    )
-    return count
-
-
 async def _ingest(
     ingestion: str,
     run_id: str,
@@ -326,29 +302,18 @@ async def _ingest(
     the processes ``pids`` and of the database's PostgreSQL backends meanwhile)."""
     steps = points // METRICS // clients
     url = f"{ingestion}/v1/machineLearningRuns/{run_id}/metrics:write"
-    ctx = multiprocessing.get_context("spawn")
-    go = ctx.Event()
-    ready = [ctx.Event() for _ in range(clients)]
-    procs = [
-        ctx.Process(target=_http_client, args=(url, c, steps, encoding, ready[c], go))
-        for c in range(clients)
-    ]
-    for proc in procs:
-        proc.start()
-    # the clock starts once every client has built its bodies
-    while not all(event.is_set() for event in ready):
-        if any(proc.exitcode for proc in procs):
-            raise RuntimeError("an ingest client failed")
-        await asyncio.sleep(0.05)
+    content_type = CONTENT_TYPE if encoding == "columnar" else "application/json"
+    builds = [partial(_client_bodies, c, steps, encoding) for c in range(clients)]
+    procs, go = await start_clients(url, builds, content_type, os.environ["MLDIAG_BENCH_TOKEN"])
     conn = await asyncpg.connect(db)
     total = steps * METRICS * clients
-    target = await _committed(conn) + total
+    target = await committed_points(conn, SCHEMA) + total
     cpu = [cpu_seconds(pid) for pid in pids]
     backends = await _backend_cpu(conn)
     started = time.perf_counter()
     go.set()
     last, progressed = 0, time.perf_counter()
-    while (committed := await _committed(conn)) < target:
+    while (committed := await committed_points(conn, SCHEMA)) < target:
         if not any(proc.is_alive() for proc in procs) and any(p.exitcode for p in procs):
             raise RuntimeError("an ingest client failed")
         if committed != last:
@@ -657,7 +622,7 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
                         f" ({points / seconds:,.0f} points/s, {args.fill_tasks} tasks);"
                         f" VACUUM (ANALYZE) of the metric tables {vacuum:.1f} s"
                     )
-                stored = await _committed(conn)
+                stored = await committed_points(conn, SCHEMA)
                 reads = _reads(api, big_run, filled.big_points, latest_run)
                 emit(
                     f"reads (median of {REPEAT}, ms): chart {reads.chart:.1f}"
@@ -687,7 +652,7 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
                     f"ingest, median of {len(rates)}: {rate:,.0f} points/s"
                     f" ({rate / reference:.0%} of the empty store's)"
                 )
-                stored = await _committed(conn)
+                stored = await committed_points(conn, SCHEMA)
                 sizes = await relation_sizes(conn, SCHEMA, "metric_")
                 total_bytes = sum(sizes.values())
                 bytes_per_point = total_bytes / stored if stored else float("nan")
