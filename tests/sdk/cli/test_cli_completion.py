@@ -43,7 +43,15 @@ def test_bash_lists_commands_aliases_and_verbs(bash_script: str) -> None:
         assert name in commands[""]
     for name in ("profiler-sessions", "profiler-targets", "jobs", "custom-jobs", "completion"):
         assert name in commands[""]
-    assert commands["runs"] == ["create", "list", "describe", "update", "delete", "goodput"]
+    assert commands["runs"] == [
+        "create",
+        "list",
+        "describe",
+        "update",
+        "delete",
+        "purge",
+        "goodput",
+    ]
     assert commands["machine-learning-runs"] == commands["runs"]
     assert commands["auth tokens"] == ["create", "list", "revoke"]
     assert commands["runs list"] == []
@@ -99,7 +107,7 @@ def test_fish_completes_each_path(mldiag: Mldiag) -> None:
     script = mldiag("completion", "fish").out.splitlines()
     assert (
         "complete -c mldiag -n '__mldiag_at runs' -a 'create list describe update delete"
-        " goodput'" in script
+        " purge goodput'" in script
     )
     assert "complete -c mldiag -n '__mldiag_at '\"'\"'runs list'\"'\"'' -l sort-by" in script
 
