@@ -8,7 +8,7 @@ import uPlot from "uplot";
 
 import { isAbort } from "./api";
 import { csvFileName, toCsv } from "./csv";
-import { formatNumber, formatTicks } from "./format";
+import { formatClock, formatNumber, formatTicks } from "./format";
 import { h, replace } from "./h";
 import { decadeTicks, positiveOnly } from "./scales";
 import { smooth } from "./smoothing";
@@ -80,6 +80,18 @@ const STEP_INCREMENTS = Array.from({ length: 16 }, (_, power) => [1, 2, 5].map((
 
 /** A chart this close below (or above) the viewport loads as if in view. */
 const VISIBLE_MARGIN_PX = 300;
+
+/**
+ * New charts are built a task apart: the first is drawn (and can be painted) before the next
+ * is built, not all of them in one long task. Each new chart awaits its turn.
+ */
+let buildQueue: Promise<void> = Promise.resolve();
+
+function turnToBuild(): Promise<void> {
+  const turn = buildQueue;
+  buildQueue = turn.then(() => new Promise<void>((resolve) => setTimeout(resolve, 0)));
+  return turn;
+}
 
 const visible = new WeakMap<Element, () => void>();
 let observer: IntersectionObserver | null = null;
@@ -240,6 +252,8 @@ export class MetricChart {
   private stopObserving: (() => void) | null = null;
   private readonly resize: ResizeObserver;
   private readonly height: number;
+  /** The body's width as last measured or reported by the ResizeObserver (0: not known). */
+  private bodyWidth = 0;
   /** The x values of the data being drawn (reported as data-points once drawn). */
   private pendingPoints = 0;
 
@@ -279,7 +293,8 @@ export class MetricChart {
     );
     this.body.append(this.message);
     this.refresher = new Throttle(() => this.load(), 1000);
-    this.resize = new ResizeObserver(() => {
+    this.resize = new ResizeObserver((entries) => {
+      this.bodyWidth = Math.floor(entries[entries.length - 1]?.contentRect.width ?? 0);
       if (this.u) this.u.setSize({ width: this.width(), height: this.height });
     });
     this.resize.observe(this.body);
@@ -288,19 +303,27 @@ export class MetricChart {
   }
 
   /**
-   * Load now if the chart is in (or near) view, without waiting for the visibility observer's
-   * next frame: a page that just placed its charts calls it (a first chart sooner).
+   * Load those of `charts` in (or near) view now, without waiting for the visibility
+   * observer's next frame: a page that just placed its charts calls it (a first chart
+   * sooner). All are measured before any starts, so the page is laid out once, not once per
+   * chart (starting one changes the page).
    */
-  startIfVisible(): void {
-    if (this.started || !this.el.isConnected || this.el.hidden) return;
+  static startVisible(charts: Iterable<MetricChart>): void {
+    const inView = [...charts].filter((chart) => chart.measureInView());
+    for (const chart of inView) {
+      chart.stopObserving?.();
+      chart.stopObserving = null;
+      chart.start();
+    }
+  }
+
+  /** Whether the chart is placed, shown and in (or near) view; its width noted on the way. */
+  private measureInView(): boolean {
+    if (this.started || !this.el.isConnected || this.el.hidden) return false;
     const box = this.el.getBoundingClientRect();
     const margin = VISIBLE_MARGIN_PX;
-    const inView =
-      box.bottom >= -margin && box.top <= innerHeight + margin && box.right >= 0 && box.left <= innerWidth && box.width > 0;
-    if (!inView) return;
-    this.stopObserving?.();
-    this.stopObserving = null;
-    this.start();
+    this.bodyWidth = this.body.clientWidth;
+    return box.bottom >= -margin && box.top <= innerHeight + margin && box.right >= 0 && box.left <= innerWidth && box.width > 0;
   }
 
   /** Refetch what is shown (live updates): at most once a second, always a trailing one. */
@@ -373,8 +396,9 @@ export class MetricChart {
     this.refresher.trigger();
   }
 
+  /** The chart's width in pixels: as noted when known, else measured (a layout). */
   private width(): number {
-    return Math.max(200, Math.floor(this.body.clientWidth || this.el.clientWidth || 400));
+    return Math.max(200, Math.floor(this.bodyWidth || this.body.clientWidth || this.el.clientWidth || 400));
   }
 
   /** Whether the lines in hand carry their buckets' times (a read with `withTimes`). */
@@ -395,6 +419,8 @@ export class MetricChart {
         withTimes: withTimes || this.xMode === "time",
         signal: controller.signal,
       });
+      if (controller.signal.aborted) return;
+      if (!this.u) await turnToBuild();
       if (controller.signal.aborted) return;
       this.lines = lines;
       this.timesRead = withTimes || this.xMode === "time";
@@ -602,7 +628,7 @@ export class MetricChart {
       this.readout.textContent = "";
       return;
     }
-    const xText = this.xMode === "time" ? new Date(x * 1000).toLocaleTimeString(undefined, { hour12: false }) : `step ${x}`;
+    const xText = this.xMode === "time" ? formatClock(new Date(x * 1000)) : `step ${x}`;
     const values = built.meanIndex.map((series, line) => {
       const drawn = built.data[series]?.[i];
       const value = this.look.logScale && typeof drawn === "number" ? 10 ** drawn : drawn;

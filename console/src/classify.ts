@@ -16,6 +16,18 @@ const SYSTEM = /(cpu|memory|mem_|hbm|duty_cycle|network|net_|disk|temperature|po
 const QUALITY =
   /(loss|acc|perplexity|ppl|(^|[/_.])eval|grad(ient)?_?norm|learning_rate|(^|[/_.])lr$|bleu|rouge|(^|[/_.])f1|auc|precision|recall|reward|kl_|entropy|score|error_rate|wer)/;
 
+/**
+ * The metrics tab's order of names (within a section): case-insensitive, then by code point.
+ * The same for every locale, and no collator to load: `localeCompare`'s was ~15 ms of a first
+ * visit, before the first chart.
+ */
+export function compareNames(a: string, b: string): number {
+  const x = a.toLowerCase();
+  const y = b.toLowerCase();
+  if (x !== y) return x < y ? -1 : 1;
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
 export function classify(name: string): Section {
   const lower = name.toLowerCase();
   if (SYSTEM_PREFIX.test(lower)) return "system";

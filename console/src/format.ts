@@ -2,20 +2,29 @@
 
 import type { Json } from "./types";
 
+const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+
+const twoDigits = (n: number): string => String(n).padStart(2, "0");
+
+/** A local time of day, 24-hour: "14:05:09". */
+export function formatClock(date: Date): string {
+  return `${twoDigits(date.getHours())}:${twoDigits(date.getMinutes())}:${twoDigits(date.getSeconds())}`;
+}
+
+/**
+ * A moment in local time, as the console's English writes it: "14:05:09" today, "Dec 4
+ * 14:05:09" this year, "Dec 4, 2025 14:05:09" before. Written by hand rather than with Intl:
+ * a first visit would load ICU's date data (~15 ms) before the run's header could show.
+ */
 export function formatTime(iso: string | null | undefined): string {
   if (!iso) return "—";
   const date = new Date(iso);
   if (Number.isNaN(date.getTime())) return iso;
   const now = new Date();
-  const sameDay = date.toDateString() === now.toDateString();
-  const time = date.toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
-  if (sameDay) return time;
-  const day = date.toLocaleDateString(undefined, {
-    month: "short",
-    day: "numeric",
-    ...(date.getFullYear() === now.getFullYear() ? {} : { year: "numeric" }),
-  });
-  return `${day} ${time}`;
+  const time = formatClock(date);
+  if (date.toDateString() === now.toDateString()) return time;
+  const day = `${MONTHS[date.getMonth()]} ${date.getDate()}`;
+  return date.getFullYear() === now.getFullYear() ? `${day} ${time}` : `${day}, ${date.getFullYear()} ${time}`;
 }
 
 export function formatDuration(seconds: number | null | undefined): string {
@@ -40,10 +49,19 @@ export function formatNumber(value: number | null | undefined, digits = 4): stri
   if (value === null || value === undefined) return "—";
   if (Number.isNaN(value)) return "NaN";
   if (!Number.isFinite(value)) return value > 0 ? "+Inf" : "−Inf";
-  if (Number.isInteger(value) && Math.abs(value) < 1e15) return value.toLocaleString("en-US");
+  if (Number.isInteger(value) && Math.abs(value) < 1e15) return groupThousands(value);
   const abs = Math.abs(value);
   if (abs !== 0 && (abs < 1e-3 || abs >= 1e6)) return value.toExponential(Math.max(1, digits - 2));
   return Number(value.toPrecision(digits)).toString();
+}
+
+/**
+ * An integer with commas between thousands, as `toLocaleString("en-US")` writes it, without
+ * loading a number formatter (a chart's step axis on a first visit).
+ */
+function groupThousands(value: number): string {
+  const sign = value < 0 || Object.is(value, -0) ? "-" : "";
+  return sign + String(Math.abs(value)).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
 }
 
 /** Short tick labels: 1.2k, 3.4M, 5e-5 (`precision` significant digits, 3 by default). */

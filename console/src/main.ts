@@ -188,4 +188,6 @@ async function boot(): Promise<void> {
   route();
 }
 
-void boot();
+// A task apart from the bundle's evaluation: the early reads' answers that came in meanwhile
+// are read first, so the first page finds them in hand rather than after its first render.
+setTimeout(() => void boot(), 0);

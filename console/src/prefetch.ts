@@ -7,7 +7,7 @@
 // app would have made, and an answer nobody takes expires unused.
 
 import type { Answer } from "./api";
-import { classify, SECTIONS } from "./classify";
+import { classify, compareNames, SECTIONS } from "./classify";
 import { type ChartRead, chartReadUrl, runPath } from "./paths";
 import { parseHash } from "./router";
 import { storedToken } from "./token";
@@ -69,7 +69,7 @@ export function chartBucketsGuess(viewportWidth: number): number {
 export function firstCharts(names: string[]): string[] {
   const order = new Map(SECTIONS.map(([section], i) => [section, i]));
   const rank = (name: string): number => order.get(classify(name)) ?? SECTIONS.length;
-  return [...names].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b)).slice(0, EARLY_CHARTS);
+  return [...names].sort((a, b) => rank(a) - rank(b) || compareNames(a, b)).slice(0, EARLY_CHARTS);
 }
 
 function read(url: string, token: string): Promise<Answer> {

@@ -4,7 +4,7 @@
 
 import { ApiError } from "../api";
 import { type ChartLine, type LoadRequest, lineColor, MetricChart, type XMode } from "../chart";
-import { classify, SECTIONS, type Section } from "../classify";
+import { classify, compareNames, SECTIONS, type Section } from "../classify";
 import { h, replace } from "../h";
 import { replaceHash } from "../router";
 import { lookControls } from "../look";
@@ -145,7 +145,7 @@ export function metricsTab(view: RunView, scope: Scope, query: URLSearchParams):
   }
 
   function render(metrics: MetricSummary[]): void {
-    const names = metrics.map((m) => m.name).sort((a, b) => a.localeCompare(b));
+    const names = metrics.map((m) => m.name).sort(compareNames);
     for (const name of names) {
       if (!charts.has(name)) {
         charts.set(
@@ -162,7 +162,7 @@ export function metricsTab(view: RunView, scope: Scope, query: URLSearchParams):
     status.replaceChildren();
     applyFilter();
     // placed and unhidden: those in view load now rather than on the observer's next frame
-    charts.forEach((chart) => chart.startIfVisible());
+    MetricChart.startVisible(charts.values());
     if (names.length === 0) {
       status.append(empty("No metrics recorded yet."));
       view.settled();
