@@ -137,8 +137,23 @@ def free_disk_bytes(path: str) -> int:
             candidate = candidate.parent
 
 
+def reference_loop_ms() -> float:
+    """The best of 3 timings of a fixed Python loop (the sum of 10M integers), in ms.
+
+    A virtual machine's speed drifts with its host's load (this project's 2-CPU machine ran
+    the same loop 1.5x apart within an hour): printed beside a benchmark's figures, it says
+    whether two runs of different hours can be compared at all.
+    """
+    timings = []
+    for _ in range(3):
+        started = time.perf_counter()
+        sum(range(10_000_000))
+        timings.append((time.perf_counter() - started) * 1000)
+    return min(timings)
+
+
 def machine_summary() -> str:
-    """One line about the machine: host, CPU model and count, memory."""
+    """One line about the machine: host, CPU model and count, memory, and its speed now."""
     model = ""
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -152,7 +167,8 @@ def machine_summary() -> str:
                 memory = f", {int(line.split()[1]) / 1024 / 1024:.0f} GiB memory"
                 break
     python = platform.python_version()
-    return f"{platform.node()}, {os.cpu_count()} CPUs {model}{memory}, Python {python}"
+    speed = f"reference loop {reference_loop_ms():.0f} ms"
+    return f"{platform.node()}, {os.cpu_count()} CPUs {model}{memory}, Python {python}, {speed}"
 
 
 async def relation_sizes(conn: "asyncpg.Connection", schema: str, prefix: str) -> dict[str, int]:

@@ -57,7 +57,15 @@ from urllib.parse import unquote, urlsplit
 
 import asyncpg
 import httpx
-from _support import drop_streams, emit, free_port, percentile, process, wait_http
+from _support import (
+    drop_streams,
+    emit,
+    free_port,
+    machine_summary,
+    percentile,
+    process,
+    wait_http,
+)
 from playwright.sync_api import Browser, sync_playwright
 
 from mldiag_run_registry.console.handlers import BUILT_DIR
@@ -545,6 +553,7 @@ def main() -> None:
         f" (load {os.getloadavg()[0]:.1f}), PostgreSQL {SERVER}, NATS {NATS}, {CHROMIUM}"
         f" (headless), uPlot {uplot_version}"
     )
+    emit(f"# machine: {machine_summary()}")
     emit(
         "# command: .venv/bin/python benchmarks/console_first_chart.py"
         f" --points {args.points} --hosts {args.hosts} --repeat {args.repeat}"
