@@ -14,10 +14,11 @@ import os
 import platform
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,6 +51,35 @@ def wait_http(url: str, timeout: float = 60.0) -> None:
                 return
         time.sleep(0.2)
     raise RuntimeError(f"{url} did not become healthy")
+
+
+def create_run(api: str, run_id: str, headers: Mapping[str, str]) -> None:
+    """Register the run ``run_id`` (displayed by its id) with the registry at ``api``."""
+    response = httpx.post(
+        f"{api}/v1/machineLearningRuns",
+        json={"runId": run_id, "displayName": run_id},
+        timeout=10,
+        headers=dict(headers),
+    )
+    response.raise_for_status()
+
+
+def median_get_ms(
+    http: httpx.Client,
+    url: str,
+    repeat: int,
+    params: Mapping[str, str | int] | None = None,
+    warmup: int = 0,
+) -> float:
+    """The median time in ms of ``repeat`` GETs of ``url``, after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        http.get(url, params=params).raise_for_status()
+    samples = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        http.get(url, params=params).raise_for_status()
+        samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(samples)
 
 
 @contextlib.contextmanager

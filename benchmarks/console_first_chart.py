@@ -58,6 +58,7 @@ from urllib.parse import unquote, urlsplit
 import asyncpg
 import httpx
 from _support import (
+    create_run,
     drop_streams,
     emit,
     free_port,
@@ -370,16 +371,6 @@ def _load_run(ingestion: str, api: str, run_id: str, token: str, steps: int, hos
     return load_s
 
 
-def _create_run(api: str, run_id: str, token: str) -> None:
-    response = httpx.post(
-        f"{api}/v1/machineLearningRuns",
-        json={"runId": run_id, "displayName": run_id},
-        timeout=10,
-        headers=_auth(token),
-    )
-    response.raise_for_status()
-
-
 def _p(samples: list[float], digits: int = 1) -> str:
     p50, p95 = percentile(samples, 50), percentile(samples, 95)
     return f"p50 {p50:8.{digits}f}  p95 {p95:8.{digits}f}"
@@ -572,7 +563,7 @@ def main() -> None:
             wait_http(f"{api}/healthz")
             wait_http(f"{ingestion}/healthz")
             run_id = f"bench-{tag}"
-            _create_run(api, run_id, token)
+            create_run(api, run_id, _auth(token))
             load_s = _load_run(ingestion, api, run_id, token, steps, args.hosts)
             asyncio.run(_analyze(db))
 

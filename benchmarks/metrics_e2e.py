@@ -30,7 +30,6 @@ import logging
 import os
 import secrets
 import shutil
-import statistics
 import struct
 import subprocess
 import sys
@@ -47,7 +46,16 @@ import asyncpg
 import httpx
 import numpy as np
 import structlog
-from _support import committed_points, emit, free_port, process, start_clients, wait_http
+from _support import (
+    committed_points,
+    create_run,
+    emit,
+    free_port,
+    median_get_ms,
+    process,
+    start_clients,
+    wait_http,
+)
 
 from mldiag_platform.database import create_pool
 from mldiag_platform.settings import DatabaseSettings
@@ -274,26 +282,6 @@ async def _seed_latest(db: str, run_id: str) -> None:
     await pool.close()
 
 
-def _median_ms(http: httpx.Client, url: str, repeat: int, **params: int) -> float:
-    samples = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        response = http.get(url, params=params)
-        response.raise_for_status()
-        samples.append((time.perf_counter() - started) * 1000)
-    return statistics.median(samples)
-
-
-def _create_run(api: str, run_id: str) -> None:
-    response = httpx.post(
-        f"{api}/v1/machineLearningRuns",
-        json={"runId": run_id, "displayName": run_id},
-        timeout=10,
-        headers=_auth(),
-    )
-    response.raise_for_status()
-
-
 async def main() -> None:  # noqa: PLR0915  # one linear script reads best top to bottom
     """Run everything and print the tables."""
     parser = argparse.ArgumentParser()
@@ -352,7 +340,7 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
             wait_http(f"{api}/healthz")
             wait_http(f"{ingestion}/healthz")
             run_id = f"bench-{tag}"
-            _create_run(api, run_id)
+            create_run(api, run_id, _auth())
             cpu = [_cpu_seconds(p.pid) for p in (ingester, registry)]
             mldiag_s = await _ingest_mldiag(
                 ingestion, run_id, db, args.points, args.clients, args.encoding
@@ -411,7 +399,7 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
 
             read_run, same_run, latest_run = f"read-{tag}", f"same-{tag}", f"latest-{tag}"
             for name in (read_run, same_run, latest_run):
-                _create_run(api, name)
+                create_run(api, name, _auth())
             await _seed_reads(db, {read_run: args.read_points, same_run: args.mlflow_points})
             await _seed_latest(db, latest_run)
             # autovacuum analyses freshly bulk-loaded tables within a minute or so; do it now
@@ -423,15 +411,14 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
             await analyze.close()
             with httpx.Client(base_url=api, timeout=30, headers=_auth()) as http:
                 series = f"/v1/machineLearningRuns/{read_run}/metrics/loss"
-                _median_ms(http, series, 5, buckets=1000)  # warm the connection and caches
-                down = _median_ms(http, series, 51, buckets=1000)
-                same = _median_ms(
-                    http, f"/v1/machineLearningRuns/{same_run}/metrics/loss", 51, buckets=1000
+                # the first reads warm the connection and the caches
+                down = median_get_ms(http, series, 51, {"buckets": 1000}, warmup=5)
+                same = median_get_ms(
+                    http, f"/v1/machineLearningRuns/{same_run}/metrics/loss", 51, {"buckets": 1000}
                 )
-                page = _median_ms(http, series, 21, pageSize=10_000)
+                page = median_get_ms(http, series, 21, {"pageSize": 10_000})
                 latest_url = f"/v1/machineLearningRuns/{latest_run}/metrics:latest"
-                _median_ms(http, latest_url, 5)
-                latest = _median_ms(http, latest_url, 51)
+                latest = median_get_ms(http, latest_url, 51, warmup=5)
                 count = len(http.get(latest_url).json()["values"])
             emit()
             emit("## reads (HTTP to the registry, median of 51)")

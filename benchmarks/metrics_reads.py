@@ -45,6 +45,7 @@ from _support import (
     drop_streams,
     emit,
     free_port,
+    median_get_ms,
     process,
     wait_http,
 )
@@ -202,15 +203,6 @@ def _export_rate(http: httpx.Client, url: str, fmt: str, points: int, repeat: in
     return points / best
 
 
-def _median_ms(http: httpx.Client, url: str, repeat: int) -> float:
-    samples = []
-    for _ in range(repeat + 3):
-        started = time.perf_counter()
-        http.get(url).raise_for_status()
-        samples.append((time.perf_counter() - started) * 1000)
-    return statistics.median(samples[3:])
-
-
 async def main() -> None:
     """Fill, measure, print the table."""
     parser = argparse.ArgumentParser()
@@ -265,7 +257,7 @@ async def main() -> None:
                     fmt: _export_rate(http, f"{runs}/metrics:export", fmt, args.points, args.repeat)
                     for fmt in ("csv", "jsonl")
                 }
-                listing = _median_ms(http, f"{runs}/metrics", 51)
+                listing = median_get_ms(http, f"{runs}/metrics", 51, warmup=3)
             reference_page = await _reference_page_ms(db, 21)
             copy_rate = await _reference_copy_rate(db, args.points, args.repeat)
         emit()

@@ -83,12 +83,14 @@ from _support import (
     committed_points,
     cpu_seconds,
     create_database,
+    create_run,
     drop_database,
     drop_streams,
     emit,
     free_disk_bytes,
     free_port,
     machine_summary,
+    median_get_ms,
     process,
     relation_sizes,
     start_clients,
@@ -352,18 +354,6 @@ async def _backend_cpu(conn: asyncpg.Connection) -> dict[int, float]:
 # --- reads ------------------------------------------------------------------------------
 
 
-def _median_ms(http: httpx.Client, url: str, params: dict[str, str | int]) -> float:
-    for _ in range(3):
-        http.get(url, params=params).raise_for_status()
-    samples = []
-    for _ in range(REPEAT):
-        started = time.perf_counter()
-        response = http.get(url, params=params)
-        response.raise_for_status()
-        samples.append((time.perf_counter() - started) * 1000)
-    return statistics.median(samples)
-
-
 @dataclass
 class Reads:
     """Medians in ms."""
@@ -380,23 +370,22 @@ class Reads:
 def _reads(api: str, big_run: str, big_points: int, latest_run: str) -> Reads:
     with httpx.Client(base_url=api, timeout=60, headers=_auth()) as http:
         series = f"/v1/machineLearningRuns/{big_run}/metrics/loss"
-        chart = _median_ms(http, series, {"buckets": 1000})
-        chart_times = _median_ms(http, series, {"buckets": 1000, "withTimes": "true"})
+        # each read warmed up 3 times first (the connection, the caches)
+        chart = median_get_ms(http, series, REPEAT, {"buckets": 1000}, warmup=3)
+        times = {"buckets": 1000, "withTimes": "true"}
+        chart_times = median_get_ms(http, series, REPEAT, times, warmup=3)
         low = big_points // 2
-        zoom = _median_ms(
-            http,
-            series,
-            {"buckets": 1000, "startStep": low, "endStep": low + max(big_points // 100, 1)},
-        )
+        window = {"buckets": 1000, "startStep": low, "endStep": low + max(big_points // 100, 1)}
+        zoom = median_get_ms(http, series, REPEAT, window, warmup=3)
         latest_url = f"/v1/machineLearningRuns/{latest_run}/metrics:latest"
-        latest = _median_ms(http, latest_url, {})
+        latest = median_get_ms(http, latest_url, REPEAT, warmup=3)
         latest_count = len(http.get(latest_url).json()["values"])
         runs_params: dict[str, str | int] = {
             "filter": RUN_LIST_FILTER,
             "orderBy": "createTime desc",
             "pageSize": 50,
         }
-        run_list = _median_ms(http, "/v1/machineLearningRuns", runs_params)
+        run_list = median_get_ms(http, "/v1/machineLearningRuns", REPEAT, runs_params, warmup=3)
         listed = http.get("/v1/machineLearningRuns", params=runs_params).json()
         run_list_count = len(listed.get("machineLearningRuns", listed.get("runs", [])))
     return Reads(chart, chart_times, zoom, latest, latest_count, run_list, run_list_count)
@@ -579,7 +568,7 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
             pids = [ingester.pid, registry.pid]
             # A process's first writes pay for its connections, prepared statements and
             # JetStream consumer; warm them so the empty store's rate is the steady one.
-            _create_run(api, f"warmup-{tag}")
+            create_run(api, f"warmup-{tag}", _auth())
             await _ingest(
                 ingestion, f"warmup-{tag}", db, 200_000, args.clients, pids, args.encoding
             )
@@ -634,7 +623,7 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
                 rates, costs = [], []
                 for attempt in range(args.ingest_repeat):
                     slice_run = f"slice{index}-{attempt}-{tag}"
-                    _create_run(api, slice_run)
+                    create_run(api, slice_run, _auth())
                     points, seconds, cpu = await _ingest(
                         ingestion, slice_run, db, args.slice, args.clients, pids, args.encoding
                     )
@@ -723,16 +712,6 @@ def _chain(
 ) -> Iterator[list[MetricPointsReceived]]:
     for iterator in iterators:
         yield from iterator
-
-
-def _create_run(api: str, run_id: str) -> None:
-    response = httpx.post(
-        f"{api}/v1/machineLearningRuns",
-        json={"runId": run_id, "displayName": run_id},
-        timeout=10,
-        headers=_auth(),
-    )
-    response.raise_for_status()
 
 
 def _summary(rows: list[Row], reference: float | None) -> None:
