@@ -1,9 +1,10 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { classify } from "../src/classify";
+import { classify, compareNames } from "../src/classify";
 import { mergeDiffs } from "../src/diff";
 import { buildFilter, type Filters } from "../src/filters";
+import { formatClock, formatNumber, formatTime } from "../src/format";
 import { parseHash } from "../src/router";
 
 const none: Filters = { state: "", runSet: "", label: "", after: "", before: "", q: "", orderBy: "", pageSize: "" };
@@ -57,4 +58,33 @@ test("parseHash reads every route", () => {
   assert.ok(share.page === "share" && share.token === "mldiag_share_x.y" && share.tab === "profiles");
   assert.equal(parseHash("").page, "runs");
   assert.equal(parseHash("#/runs/abc/nope").page, "notfound");
+});
+
+test("compareNames orders metric names case-insensitively, then by code point, in any locale", () => {
+  const names = ["loss", "Accuracy", "eval/loss", "accuracy", "eval_loss", "b", "B", "lr"];
+  assert.deepEqual([...names].sort(compareNames), ["Accuracy", "accuracy", "B", "b", "eval/loss", "eval_loss", "loss", "lr"]);
+  assert.equal(compareNames("x", "x"), 0);
+});
+
+test("formatNumber writes whole numbers with commas, as en-US does, without Intl", () => {
+  for (const value of [0, 7, 999, 1000, -1000, 123456, 1234567, -98765432, 999_999_999_999_999]) {
+    assert.equal(formatNumber(value), value.toLocaleString("en-US"));
+  }
+  assert.equal(formatNumber(-0), "-0");
+  assert.equal(formatNumber(0.5), "0.5");
+  assert.equal(formatNumber(1e15), "1.00e+15");
+});
+
+test("formatTime writes the time today, the day this year, the year before", () => {
+  const now = new Date();
+  const at = (date: Date): string => date.toISOString();
+  const today = new Date(now.getFullYear(), now.getMonth(), now.getDate(), 9, 5, 7);
+  assert.equal(formatTime(at(today)), "09:05:07");
+  assert.equal(formatClock(new Date(2026, 0, 1, 23, 59, 0)), "23:59:00");
+  const otherDay = new Date(now.getFullYear(), now.getMonth() === 0 ? 1 : 0, 4, 14, 0, 9);
+  const month = otherDay.getMonth() === 0 ? "Jan" : "Feb";
+  assert.equal(formatTime(at(otherDay)), `${month} 4 14:00:09`);
+  assert.equal(formatTime(at(new Date(2020, 11, 31, 1, 2, 3))), "Dec 31, 2020 01:02:03");
+  assert.equal(formatTime(null), "—");
+  assert.equal(formatTime("not a time"), "not a time");
 });
