@@ -188,6 +188,4 @@ async function boot(): Promise<void> {
   route();
 }
 
-// A task apart from the bundle's evaluation: the early reads' answers that came in meanwhile
-// are read first, so the first page finds them in hand rather than after its first render.
-setTimeout(() => void boot(), 0);
+void boot();
