@@ -126,7 +126,8 @@ class SeriesRow:
 
 @dataclass(frozen=True)
 class BucketRow:
-    """Aggregates of one output bucket of one group."""
+    """Aggregates of one output bucket of one group (its fields in the order the bucket
+    queries select them: a row is made from its record's values)."""
 
     group: int
     bucket: int
@@ -686,23 +687,9 @@ class MetricsRepository:
             rows = await self._pool.fetch(
                 query, ids, numbers, width, level, low >> level, high >> level
             )
-        return [
-            BucketRow(
-                group=r["grp"],
-                bucket=r["b"],
-                count=r["n"],
-                nan_count=r["nan_n"],
-                min=r["lo"],
-                max=r["hi"],
-                sum=r["total"],
-                first_step=r["first_step"],
-                last_step=r["last_step"],
-                last_value=r["last_value"],
-                last_series_id=r["last_series"],
-                last_time_us=r["last_time"],
-            )
-            for r in rows
-        ]
+        # By position, not by name: a chart reads up to 2000 rows, and the 12 lookups by
+        # name were two thirds of making one.
+        return [BucketRow(*row) for row in rows]
 
     async def _raw_buckets(
         self, project: str, groups: dict[int, int], width: int, low: int, high: int
