@@ -44,6 +44,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 import structlog
+from _support import machine_summary
 
 from mldiag_platform.database import apply_migrations, create_pool, load_migrations
 from mldiag_platform.settings import DatabaseSettings
@@ -207,6 +208,7 @@ async def main() -> None:
         f" {args.cpu_points} --chunk-sizes {args.chunk_sizes}; {os.cpu_count()} CPUs,"
         f" load average {os.getloadavg()[0]:.1f}"
     )
+    _emit(f"# machine: {machine_summary()}")
     _emit(
         "| variant | store CPU µs/point | points/s (wall) |"
         " bytes/point (chunks+rollups+series+ledger) |"

@@ -51,6 +51,7 @@ from _support import (
     create_run,
     emit,
     free_port,
+    machine_summary,
     median_get_ms,
     process,
     start_clients,
@@ -326,6 +327,7 @@ async def main() -> None:  # noqa: PLR0915  # one linear script reads best top t
         f"# mldiag metrics benchmark {datetime.now(UTC):%Y-%m-%d %H:%M}Z, {os.cpu_count()} CPUs,"
         f" PostgreSQL {SERVER}, NATS {NATS}"
     )
+    emit(f"# machine: {machine_summary()}")
     emit(
         "# command: .venv/bin/python benchmarks/metrics_e2e.py"
         f" --points {args.points} --clients {args.clients} --mlflow-points {args.mlflow_points}"

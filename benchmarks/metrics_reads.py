@@ -45,6 +45,7 @@ from _support import (
     drop_streams,
     emit,
     free_port,
+    machine_summary,
     median_get_ms,
     process,
     wait_http,
@@ -230,6 +231,7 @@ async def main() -> None:
         f"# mldiag raw reads benchmark {datetime.now(UTC):%Y-%m-%d %H:%M}Z,"
         f" {os.cpu_count()} CPUs, PostgreSQL {SERVER}, NATS {NATS}"
     )
+    emit(f"# machine: {machine_summary()}")
     emit(
         "# command: .venv/bin/python benchmarks/metrics_reads.py"
         f" --points {args.points} --repeat {args.repeat}"

@@ -32,6 +32,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 import structlog
+from _support import machine_summary
 
 from mldiag_platform.database import apply_migrations, create_pool, load_migrations
 from mldiag_platform.settings import DatabaseSettings
@@ -133,6 +134,7 @@ async def main() -> None:
         f"# benchmarks/retention.py --points {args.points} --runs {args.runs};"
         f" {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
     )
+    _emit(f"# machine: {machine_summary()}")
     try:
         await apply_migrations(
             pool,

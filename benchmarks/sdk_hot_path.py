@@ -52,6 +52,7 @@ from multiprocessing.synchronize import Barrier, Event
 from typing import Any
 
 import httpx
+from _support import machine_summary
 
 import mldiag
 from mldiag.pipeline import Pipeline
@@ -478,6 +479,7 @@ def main() -> None:
         f"{' '.join(sys.argv)} | Python {platform.python_version()}, {os.cpu_count()} CPUs, "
         f"{platform.machine()}, switch interval {sys.getswitchinterval() * 1000:.0f} ms"
     )
+    emit(f"# machine: {machine_summary()}")
     bench_floor(args.calls, args.rate)
     bench_up(args.calls)
     if args.threads:
