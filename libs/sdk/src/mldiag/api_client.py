@@ -10,7 +10,7 @@ Failures raise one of two errors: :class:`ApiError` when the API answered with a
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, ClassVar, Self
 from urllib.parse import urlencode
@@ -91,6 +91,29 @@ def _drop_empty(params: Mapping[str, object]) -> dict[str, str | int]:
         for key, value in params.items()
         if isinstance(value, str | int) and value != "" and not isinstance(value, bool)
     }
+
+
+def stream_body(
+    http: httpx.Client,
+    path: str,
+    params: Mapping[str, object],
+    error: Callable[[httpx.Response], Exception],
+    service: str,
+) -> Iterator[bytes]:
+    """The body of ``GET path`` as it comes, with no read timeout (a long stream's bytes
+    keep coming). An error answer raises ``error(response)`` before the first byte; a
+    transport failure raises :class:`ApiUnreachable` naming ``service``."""
+    timeout = httpx.Timeout(None, connect=http.timeout.connect)
+    try:
+        with http.stream("GET", path, params=_drop_empty(params), timeout=timeout) as response:
+            if response.status_code >= 400:
+                response.read()
+                raise error(response)
+            yield from response.iter_raw()
+    except httpx.TransportError as failure:
+        detail = str(failure) or type(failure).__name__
+        url = str(http.base_url).rstrip("/")  # as the client was given it
+        raise ApiUnreachable(url, detail, service=service) from failure
 
 
 def _http_client(
@@ -297,19 +320,7 @@ class RegistryClient(_ScopedClient):
             "endStep": end_step,
         }
         path = f"{self._prefix}/machineLearningRuns/{run_id}/metrics:export"
-        # no read timeout: a big export takes a while, and its bytes keep coming
-        timeout = httpx.Timeout(None, connect=self._http.timeout.connect)
-        try:
-            with self._http.stream(
-                "GET", path, params=_drop_empty(params), timeout=timeout
-            ) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    raise self._error(response)
-                yield from response.iter_raw()
-        except httpx.TransportError as error:
-            detail = str(error) or type(error).__name__
-            raise ApiUnreachable(self.base_url, detail, service=self._service) from error
+        yield from stream_body(self._http, path, params, self._error, self._service)
 
     def list_metrics(self, run_id: str) -> JsonObject:
         """The run's metric names with point counts and highest steps."""

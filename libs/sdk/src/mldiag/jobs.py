@@ -12,10 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-
 from mldiag._training import SERVICE, TrainingClient, parse_resource_name, vertex_error
-from mldiag.api_client import ApiUnreachable, JsonObject, _drop_empty
+from mldiag.api_client import JsonObject, stream_body
 
 TERMINAL_STATES = frozenset(
     {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"}
@@ -140,18 +138,7 @@ class JobsClient(TrainingClient):
         job) ends."""
         params = _log_params(replica, attempt, stream, offset, follow=True)
         path = self._path(reference, "/logs")
-        timeout = httpx.Timeout(None, connect=self._http.timeout.connect)
-        try:
-            with self._http.stream(
-                "GET", path, params=_drop_empty(params), timeout=timeout
-            ) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    raise vertex_error(response)
-                yield from response.iter_raw()
-        except httpx.TransportError as error:
-            detail = str(error) or type(error).__name__
-            raise ApiUnreachable(self.base_url, detail, service=SERVICE) from error
+        yield from stream_body(self._http, path, params, vertex_error, SERVICE)
 
 
 def _log_params(
