@@ -177,6 +177,21 @@ async def _in_read_order(
     return sorted(points, key=lambda p: (p.step, ids[p.series], p.time_us))
 
 
+async def _pages(api: httpx.AsyncClient, url: str, size: int) -> AsyncIterator[httpx.Response]:
+    """Every page of ``url`` at ``size`` points a page, following the tokens to the end."""
+    token = ""
+    while True:
+        params: dict[str, Any] = {"pageSize": size}
+        if token:
+            params["pageToken"] = token
+        answer = await api.get(url, params=params)
+        assert answer.status_code == 200, answer.text
+        yield answer
+        token = answer.json().get("nextPageToken", "")
+        if not token:
+            return
+
+
 def _point_json(point: Point) -> dict[str, Any]:
     host, process, labels = SERIES[point.series]
     return {
@@ -204,13 +219,7 @@ async def test_pages_are_the_json_pydantic_wrote_and_their_tokens_cover_every_po
     url = f"{RUNS}/run-a/metrics/{METRIC}"
     for size in (1, 7, 64, 1000, len(expected), len(expected) + 1):
         read: list[Point] = []
-        token = ""
-        while True:
-            params: dict[str, Any] = {"pageSize": size}
-            if token:
-                params["pageToken"] = token
-            answer = await store.api.get(url, params=params)
-            assert answer.status_code == 200, answer.text
+        async for answer in _pages(store.api, url, size):
             assert answer.headers["content-type"] == "application/json"
             page = expected[len(read) : len(read) + size]
             more = len(read) + len(page) < len(expected)
@@ -230,9 +239,6 @@ async def test_pages_are_the_json_pydantic_wrote_and_their_tokens_cover_every_po
             # the bytes, not just the parsed JSON: the SDK and the console see no change
             assert answer.content == want.model_dump_json().encode()
             read.extend(page)
-            token = answer.json()["nextPageToken"]
-            if not token:
-                break
         assert read == expected
 
 
@@ -249,18 +255,10 @@ async def test_pages_never_end_inside_points_equal_in_step_series_and_time(
     url = f"{RUNS}/run-b/metrics/{METRIC}"
     for size in (1, 2, 3, 4, 6):
         read: list[tuple[int, float]] = []
-        token, pages = "", 0
-        while True:
-            params: dict[str, Any] = {"pageSize": size}
-            if token:
-                params["pageToken"] = token
-            response = await store.api.get(url, params=params)
-            assert response.status_code == 200, response.text
-            answer = response.json()
-            read += [(point["step"], point["value"]) for point in answer["points"]]
-            token, pages = answer.get("nextPageToken", ""), pages + 1
-            if not token:
-                break
+        pages = 0
+        async for response in _pages(store.api, url, size):
+            read += [(point["step"], point["value"]) for point in response.json()["points"]]
+            pages += 1
         assert sorted(read) == sorted((p.step, p.value) for p in points), size
         assert pages <= len(points)
 
