@@ -96,6 +96,17 @@ def test_a_step_recorded_again_is_a_restart_resolved_once_past_the_old_step() ->
     assert resolved.time_lost_seconds >= 30
 
 
+def test_hosts_restarting_from_one_checkpoint_give_its_cause_once_and_both_hosts() -> None:
+    feed = Feed()
+    _steps(feed, 1, 20)
+    feed.advance(30)
+    _steps(feed, 15, 20)  # h0 and h1 both back from the checkpoint at 14
+    [event] = feed.opened()
+    latest = feed.latest(event)
+    assert latest.evidence.facts["causes"] == ["restart from step 15 (had reached 20)"]
+    assert latest.hosts == ["h0", "h1"]
+
+
 def _steps_on_h0(feed: Feed, first: int, last: int, seconds: float = 0.2) -> None:
     for step in range(first, last + 1):
         feed.advance(seconds)

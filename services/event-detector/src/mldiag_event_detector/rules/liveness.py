@@ -189,7 +189,9 @@ def _interruption(
     hosts = sorted({*(current.hosts if current else []), *([host] if host else [])})
     previous = current.evidence.facts if current else {}
     earlier = previous.get("causes")
-    causes: list[JsonValue] = [*(earlier if isinstance(earlier, list) else []), cause]
+    causes: list[JsonValue] = list(earlier) if isinstance(earlier, list) else []
+    if cause not in causes:  # every host restarting from one checkpoint says the same; the
+        causes.append(cause)  # event's hosts say where, its causes only what
     book.hold(
         Finding(
             rule=RuleName.INTERRUPTION,
