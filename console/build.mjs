@@ -66,8 +66,9 @@ export const outdir = join(
 /**
  * uPlot builds two Intl formatters when its module loads: ICU's data loaded in a fresh
  * renderer, half of the bundle's 40-50 ms start on a first visit (2 CPUs), before any chart
- * exists. The console formats its own axis values, so these are made when first used. The patterns are checked: a new
- * uPlot that lacks them fails the build rather than losing the saving unseen.
+ * exists. The console formats its own axis values, so these are made when first used. The
+ * patterns are checked: a new uPlot that lacks them fails the build rather than losing the
+ * saving unseen.
  */
 const UPLOT_LAZY_INTL = [
   [

@@ -2,7 +2,7 @@
 // for all at once, in the URL), and how their configs differ from the first run's.
 
 import { type ChartLine, type LoadRequest, lineColor, MetricChart } from "../chart";
-import { classify, SECTIONS } from "../classify";
+import { classify, compareNames, SECTIONS } from "../classify";
 import { formatJson } from "../format";
 import { h, replace } from "../h";
 import { lookControls } from "../look";
@@ -78,7 +78,7 @@ export function comparePage(session: Session, scope: Scope, runIds: string[], qu
     }
     const sets = lists.map((list) => new Set(list.status === "fulfilled" ? list.value.metrics.map((m) => m.name) : []));
     const [first, ...rest] = sets;
-    const common = [...(first ?? [])].filter((name) => rest.every((set) => set.has(name))).sort((a, b) => a.localeCompare(b));
+    const common = [...(first ?? [])].filter((name) => rest.every((set) => set.has(name))).sort(compareNames);
     const all = new Set(sets.flatMap((set) => [...set]));
     if (common.length === 0) {
       replace(chartsSlot, empty("These runs have no metric in common."));
