@@ -177,15 +177,12 @@ async def _reference_copy_rate(db: str, points: int, repeat: int) -> float:
 
 
 def _page_ms(http: httpx.Client, url: str, repeat: int) -> float:
-    samples = []
-    for _ in range(repeat + 3):  # three to warm the connection and the caches
-        started = time.perf_counter()
-        answer = http.get(url, params={"pageSize": PAGE})
-        answer.raise_for_status()
-        samples.append((time.perf_counter() - started) * 1000)
-    if len(answer.json()["points"]) != PAGE:
+    """The median ms of the first 10,000-point page (after three reads to warm the
+    connection and the caches), checked to hold them all."""
+    page = {"pageSize": PAGE}
+    if len(http.get(url, params=page).json()["points"]) != PAGE:
         raise RuntimeError("the page does not hold 10,000 points")
-    return statistics.median(samples[3:])
+    return median_get_ms(http, url, repeat, page, warmup=3)
 
 
 def _export_rate(http: httpx.Client, url: str, fmt: str, points: int, repeat: int) -> float:
